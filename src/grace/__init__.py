@@ -1,0 +1,1 @@
+"""Grace: control plane and digital twin of a private GPU training cluster."""

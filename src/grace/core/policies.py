@@ -1,0 +1,99 @@
+"""Queue policies, chosen by name in config or on the command line.
+
+A policy is a small value, not a class hierarchy: an ordering of waiting jobs
+plus switches for backfill, quotas, fair share and preemption. ``decide``
+reads it; nothing else does.
+
+- ``fifo``: submit order; the first job that cannot start blocks all behind it.
+- ``easy-backfill``: submit order; the first blocked job gets a reservation at
+  the earliest time enough GPUs free up (its "shadow time"), and later jobs
+  may start now if they end before it or use only GPUs it will not need.
+  This is Slurm's default behaviour (sched/backfill) and the baseline to beat.
+- ``priority``: job priority, then submit order; tenant quotas (guaranteed and
+  borrowable share), fair share between tenants by current usage over weight,
+  EASY backfill, and preemption of preemptible jobs to reclaim quota or make
+  room for higher priority, within each tenant's preemption budget.
+- ``las``: least attained service (Tiresias, NSDI'19): jobs that have used
+  fewer GPU-seconds go first, in discretized levels; work-conserving; a
+  waiting job may preempt a preemptible job of a higher level.
+- ``grace``: the default; priority, then least attained service level, then
+  smaller gangs first, with quotas, fair share, EASY backfill and preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Tiresias-style service levels, in GPU-seconds: <1 GPU-h, <8 GPU-h, <64 GPU-h, more.
+LAS_THRESHOLDS_GPU_S = (3600.0, 8 * 3600.0, 64 * 3600.0)
+
+
+def las_level(attained_gpu_s: float) -> int:
+    for level, bound in enumerate(LAS_THRESHOLDS_GPU_S):
+        if attained_gpu_s < bound:
+            return level
+    return len(LAS_THRESHOLDS_GPU_S)
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """One named scheduling policy; see the module docstring for each."""
+
+    name: str
+    order: tuple[str, ...]  # sort fields: "priority", "las", "size", "submit"
+    strict_head: bool = False
+    backfill: bool = False
+    quotas: bool = False
+    fair_share: bool = False
+    preempt_for_priority: bool = False
+    preempt_for_quota: bool = False
+    preempt_for_las: bool = False
+    backfill_depth: int = 500  # like Slurm's bf_max_job_test
+    max_victims: int = 16
+
+    def static_key(self, priority: int, attained_gpu_s: float, gpus: float,
+                   submit_s: float, job_id: int) -> tuple:
+        """The part of a job's order that does not change while it waits."""
+        parts: list[float] = []
+        for f in self.order:
+            if f == "priority":
+                parts.append(-priority)
+            elif f == "las":
+                parts.append(las_level(attained_gpu_s))
+            elif f == "size":
+                parts.append(math.ceil(gpus))
+            elif f == "submit":
+                parts.append(submit_s)
+        parts.append(job_id)
+        return tuple(parts)
+
+    @property
+    def preempts(self) -> bool:
+        return self.preempt_for_priority or self.preempt_for_quota or self.preempt_for_las
+
+
+POLICIES: dict[str, QueuePolicy] = {
+    p.name: p
+    for p in [
+        QueuePolicy("fifo", ("submit",), strict_head=True),
+        QueuePolicy("easy-backfill", ("submit",), backfill=True),
+        QueuePolicy("priority", ("priority", "submit"), backfill=True, quotas=True,
+                    fair_share=True, preempt_for_priority=True, preempt_for_quota=True),
+        QueuePolicy("las", ("las", "submit"), preempt_for_las=True),
+        QueuePolicy("grace", ("priority", "las", "size", "submit"), backfill=True,
+                    quotas=True, fair_share=True, preempt_for_priority=True,
+                    preempt_for_quota=True),
+    ]
+}
+
+DEFAULT_POLICY = "grace"
+
+
+def get_policy(name: str) -> QueuePolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}"
+        ) from None

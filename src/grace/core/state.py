@@ -1,0 +1,190 @@
+"""The snapshot ``decide`` reads, and the only code that changes it.
+
+``SchedulerState`` holds the free-capacity index, waiting jobs grouped into
+queues of identical shape per tenant (so a shape that cannot be placed is
+skipped whole), running jobs sorted by expected end (for backfill shadow
+times) and by deadline (for runtime limits), and per-tenant usage.
+
+Drivers (the twin's event loop, the live reconciler) call ``submit``,
+``apply``, ``finish``, ``set_node_usable``; ``decide`` only reads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from grace.core.capacity import FreeCapacity, GroupIndex, Placement
+from grace.core.decisions import DecideResult
+from grace.core.jobs import JobId, PendingJob, RunningJob
+from grace.core.policies import QueuePolicy
+from grace.core.quotas import UNLIMITED, TenantQuota
+from grace.core.topology import Topology
+
+QueueKey = tuple[str, tuple]  # (tenant, shape)
+
+
+@dataclass
+class TenantUsage:
+    gpus: float = 0.0
+    preemption_times: deque[float] = field(default_factory=deque)
+
+
+class SchedulerState:
+    """Everything the policy engine needs for one cycle, kept incrementally."""
+
+    def __init__(self, topo: Topology, policy: QueuePolicy,
+                 quotas: dict[str, TenantQuota] | None = None) -> None:
+        self.topo = topo
+        self.policy = policy
+        self.capacity = FreeCapacity(topo)
+        self.quotas: dict[str, TenantQuota] = dict(quotas or {})
+        self.pending: dict[JobId, PendingJob] = {}
+        self.running: dict[JobId, RunningJob] = {}
+        self.queues: dict[QueueKey, list[tuple[tuple, JobId]]] = {}
+        self.usage: dict[str, TenantUsage] = {}
+        self.ends: list[tuple[float, JobId]] = []
+        self.deadlines: list[tuple[float, JobId]] = []
+        self.groups_by_model: dict[str, list[GroupIndex]] = {}
+        pool_order = {n.pool: i for i, n in reversed(list(enumerate(topo.nodes)))}
+        for key in sorted(self.capacity.groups, key=lambda k: (pool_order[k[0]], k[1])):
+            self.groups_by_model.setdefault(key[1], []).append(self.capacity.groups[key])
+
+    # ----------------------------------------------------------------- lookups
+    def quota(self, tenant: str) -> TenantQuota:
+        return self.quotas.get(tenant, UNLIMITED)
+
+    def tenant_usage(self, tenant: str) -> TenantUsage:
+        u = self.usage.get(tenant)
+        if u is None:
+            u = self.usage[tenant] = TenantUsage()
+        return u
+
+    def groups_for(self, job: PendingJob) -> list[tuple[str, GroupIndex]]:
+        out = []
+        for m in job.models:
+            for g in self.groups_by_model.get(m, ()):
+                if job.pools is None or g.key[0] in job.pools:
+                    out.append((m, g))
+        return out
+
+    def _static_key(self, job: PendingJob) -> tuple:
+        return self.policy.static_key(job.priority, job.attained_gpu_s, job.gpu_equivalents,
+                                      job.submit_s, job.id)
+
+    # ----------------------------------------------------------------- mutation
+    def submit(self, job: PendingJob) -> None:
+        if job.id in self.pending or job.id in self.running:
+            raise ValueError(f"job {job.id} is already known to the scheduler")
+        self.pending[job.id] = job
+        q = self.queues.setdefault((job.tenant, job.shape), [])
+        bisect.insort(q, (self._static_key(job), job.id))
+
+    def withdraw(self, job_id: JobId) -> PendingJob:
+        """Remove a waiting job (cancelled, or started)."""
+        job = self.pending.pop(job_id)
+        qk = (job.tenant, job.shape)
+        q = self.queues[qk]
+        i = bisect.bisect_left(q, (self._static_key(job), job.id))
+        assert q[i][1] == job.id
+        del q[i]
+        if not q:
+            del self.queues[qk]
+        return job
+
+    def start(self, job_id: JobId, placement: Placement, now: float,
+              borrowing: bool = False) -> RunningJob:
+        job = self.withdraw(job_id)
+        self.capacity.allocate(placement)
+        run = RunningJob(
+            id=job.id, tenant=job.tenant, placement=placement, start_s=now,
+            gpu_equivalents=job.gpu_equivalents, models=job.models, priority=job.priority,
+            preemptible=job.preemptible, borrowing=borrowing, estimate_s=job.estimate_s,
+            limit_s=job.limit_s, attained_gpu_s=job.attained_gpu_s, job=job,
+        )
+        self.running[job.id] = run
+        self.tenant_usage(job.tenant).gpus += run.gpu_equivalents
+        bisect.insort(self.ends, (run.expected_end_s, run.id))
+        if run.limit_s:
+            bisect.insort(self.deadlines, (run.deadline_s, run.id))
+        return run
+
+    def finish(self, job_id: JobId, now: float) -> RunningJob:
+        """A running job ended (completed, failed, stopped): free its GPUs."""
+        run = self.running.pop(job_id)
+        self.capacity.release(run.placement)
+        self.tenant_usage(run.tenant).gpus -= run.gpu_equivalents
+        i = bisect.bisect_left(self.ends, (run.expected_end_s, run.id))
+        del self.ends[i]
+        if run.limit_s:
+            i = bisect.bisect_left(self.deadlines, (run.deadline_s, run.id))
+            del self.deadlines[i]
+        run.attained_gpu_s += run.gpu_equivalents * max(0.0, now - run.start_s)
+        return run
+
+    def requeue(self, run: RunningJob) -> PendingJob:
+        """Put a preempted or failed job back in the queue, keeping its attained service."""
+        job = run.job
+        assert job is not None, "requeue needs the job the run started from"
+        job.attained_gpu_s = run.attained_gpu_s
+        job.restarts += 1
+        self.submit(job)
+        return job
+
+    def record_preemption(self, tenant: str, now: float) -> None:
+        self.tenant_usage(tenant).preemption_times.append(now)
+
+    def preemption_budget_left(self, tenant: str, now: float) -> int:
+        times = self.tenant_usage(tenant).preemption_times
+        while times and times[0] <= now - 3600.0:
+            times.popleft()
+        return self.quota(tenant).preemptions_per_hour - len(times)
+
+    def set_node_usable(self, node: int, usable: bool) -> None:
+        self.capacity.set_usable(node, usable)
+
+    def apply(self, result: DecideResult, now: float) -> list[RunningJob]:
+        """Carry out a cycle's decisions on this state, in order.
+
+        Stopped jobs release their GPUs; preempted ones also go back to the
+        queue with the service they attained. Returns the jobs started.
+        """
+        for stop in result.stops:
+            self.finish(stop.job_id, now)
+        for p in result.preemptions:
+            run = self.finish(p.job_id, now)
+            self.record_preemption(run.tenant, now)
+            self.requeue(run)
+        return [self.start(s.job_id, s.placement, now, s.borrowing) for s in result.starts]
+
+    # ----------------------------------------------------------------- reports
+    def allocated_gpus(self) -> float:
+        return sum(u.gpus for u in self.usage.values())
+
+    def shadow_time(self, models: frozenset[str], need: float, now: float,
+                    free_now: float) -> tuple[float, float]:
+        """When ``need`` GPUs of ``models`` will be free if running jobs end as expected.
+
+        Returns (shadow time, GPUs spare at that time beyond ``need``); infinite
+        when running jobs without estimates hold the GPUs.
+        """
+        free = free_now
+        if free >= need:
+            return now, free - need
+        topo = self.topo
+        for end, jid in self.ends:
+            if end == math.inf:
+                break
+            run = self.running[jid]
+            if not models.intersection(run.models):
+                continue
+            p = run.placement
+            model = topo.nodes[topo.gpu_node[p.gpus[0] if p.gpus else p.slices[0].gpu]].gpu_model
+            if model not in models:
+                continue
+            free += run.gpu_equivalents
+            if free >= need:
+                return max(end, now), free - need
+        return math.inf, 0.0

@@ -1,0 +1,57 @@
+"""The one record every trace loader produces, and the report of what it skipped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from grace.spec.job import WorkloadClass
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job from a trace, times in seconds from the trace's first submission.
+
+    ``gpus`` is a whole GPU count; ``gpu_milli`` (1..999) marks a job that asks
+    for a fraction of one GPU (Alibaba GPU sharing), in which case ``gpus`` is 1.
+    """
+
+    job_id: str
+    submit_s: float
+    duration_s: float
+    gpus: int
+    tenant: str = "default"
+    gpu_milli: int | None = None
+    gpu_model: str | None = None
+    workload_class: WorkloadClass = WorkloadClass.EXPERIMENT
+    priority: int = 0
+    preemptible: bool = True
+
+
+@dataclass
+class LoadReport:
+    """What a loader read: rows kept, rows skipped and why (a bad row never crashes a load)."""
+
+    source: str
+    rows: int = 0
+    kept: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] += 1
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{n} {why}" for why, n in self.skipped.most_common())
+        return f"{self.source}: {self.kept} of {self.rows} rows kept" + (
+            f"; skipped {parts}" if parts else ""
+        )
+
+
+@dataclass
+class Trace:
+    jobs: list[TraceJob]
+    report: LoadReport

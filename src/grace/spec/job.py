@@ -1,0 +1,159 @@
+"""JobSpec: what a user asks for when they submit training work.
+
+A job says how many GPUs it needs in one of three ways, from most to least
+explicit: a GPU model, a minimum VRAM per GPU, or the model it trains (size,
+precision, optimizer, parallelism), from which Grace estimates VRAM and picks
+the cheapest GPU that fits. Fewer than one GPU (``gpus: 0.25``) or a VRAM need
+below a MIG slice makes it a sub-GPU job packed onto MIG slices.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from grace.spec.units import parse_duration
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class WorkloadClass(StrEnum):
+    """The four patterns that decide where and how a job should run."""
+
+    EXPERIMENT = "experiment"
+    FULL_RUN = "full-run"
+    FINE_TUNE = "fine-tune"
+    SWEEP = "sweep"
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+class Optimizer(StrEnum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+    ADAFACTOR = "adafactor"
+    NONE = "none"
+
+
+class ParallelismSpec(BaseModel):
+    """How model state is split: data replicas, tensor and pipeline shards, ZeRO stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: int = Field(default=1, ge=1)
+    tensor: int = Field(default=1, ge=1)
+    pipeline: int = Field(default=1, ge=1)
+    zero_stage: int = Field(default=0, ge=0, le=3, description="3 is FSDP full sharding")
+
+
+class ModelSizeSpec(BaseModel):
+    """The model a job trains, enough to estimate its VRAM per GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params_b: float = Field(gt=0, le=100_000, description="parameters, in billions")
+    precision: Precision = Precision.BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    activation_gb: float = Field(default=0, ge=0, description="activation memory per GPU, if known")
+    lora: bool = Field(default=False, description="train adapters only: optimizer state ~0")
+
+
+class ElasticSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_gpus: int = Field(ge=1)
+    max_gpus: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticSpec:
+        if self.min_gpus > self.max_gpus:
+            raise ValueError(
+                f"min_gpus ({self.min_gpus}) exceeds max_gpus ({self.max_gpus}); swap them"
+            )
+        return self
+
+
+class JobSpec(BaseModel):
+    """One job; validated whole at the edge, trusted afterwards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    tenant: str = Field(default="default", min_length=1)
+    workload_class: WorkloadClass = WorkloadClass.EXPERIMENT
+    priority: int = Field(default=0, ge=-1000, le=1000)
+
+    gpus: float | None = Field(default=None, gt=0, description="total GPUs; <1 for a MIG slice")
+    nodes: int | None = Field(default=None, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
+
+    gpu_model: str | None = None
+    min_vram_gb: float | None = Field(default=None, gt=0)
+    model: ModelSizeSpec | None = None
+    allow_mixed_models: bool = False
+
+    runtime_estimate: Duration | None = None
+    runtime_limit: Duration | None = None
+    elastic: ElasticSpec | None = None
+    preemptible: bool = False
+
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shape(self) -> JobSpec:
+        if self.gpus is None and (self.nodes is None or self.gpus_per_node is None):
+            raise ValueError(
+                "say how many GPUs: set gpus (e.g. 8, or 0.25 for a MIG slice), "
+                "or nodes and gpus_per_node"
+            )
+        if self.nodes is not None and self.gpus_per_node is not None:
+            total = self.nodes * self.gpus_per_node
+            if self.gpus is not None and self.gpus != total:
+                raise ValueError(
+                    f"gpus ({self.gpus:g}) disagrees with nodes x gpus_per_node ({total}); "
+                    "drop gpus or make them agree"
+                )
+            self.gpus = float(total)
+        elif self.nodes is not None or self.gpus_per_node is not None:
+            raise ValueError("nodes and gpus_per_node go together; set both or neither")
+        assert self.gpus is not None
+        if self.gpus > 1 and self.gpus != int(self.gpus):
+            raise ValueError(
+                f"gpus={self.gpus:g}: only jobs under one GPU may be fractional; round it"
+            )
+        if self.runtime_estimate and self.runtime_limit and (
+            self.runtime_estimate > self.runtime_limit
+        ):
+            raise ValueError(
+                "runtime_estimate is longer than runtime_limit; raise the limit or lower "
+                "the estimate"
+            )
+        if self.elastic is not None and not (
+            self.elastic.min_gpus <= self.gpus <= self.elastic.max_gpus
+        ):
+            raise ValueError(
+                f"gpus ({self.gpus:g}) must lie within elastic.min_gpus..max_gpus "
+                f"({self.elastic.min_gpus}..{self.elastic.max_gpus})"
+            )
+        return self
+
+    @property
+    def whole_gpus(self) -> int:
+        """GPUs as a whole count; 0 for sub-GPU (MIG) jobs."""
+        assert self.gpus is not None
+        return int(self.gpus) if self.gpus >= 1 else 0
+
+    @property
+    def is_sub_gpu(self) -> bool:
+        assert self.gpus is not None
+        return self.gpus < 1

@@ -1,0 +1,37 @@
+"""Durations and sizes as people write them ("90m", "2d", "1.5h", 3600)."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days|w)?\s*$")
+_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600,
+            "d": 86400, "day": 86400, "days": 86400, "w": 604800}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string like ``"90m"``; raises ValueError with the fix."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like '90m', '2h', '3d'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _SECONDS[m.group(2)]
+    else:
+        raise ValueError(
+            f"cannot read duration {value!r}; write seconds (3600) or a string like '90m', '2h', '3d'"
+        )
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest readable form: 45s, 12m, 3.5h, 2.0d."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
