@@ -62,6 +62,7 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
     result = DecideResult()
     policy = state.policy
     cap = state.capacity
+    fair = policy.fair_share
     cycle = _Cycle(
         usage={t: u.gpus for t, u in state.usage.items()},
         blocked_shapes=set(), reservations=[], freed=set(), budget_used={},
@@ -73,11 +74,11 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
         examined_beyond_block = 0
         blocked_any = False
         while heap:
-            tkey, skey, qk = heapq.heappop(heap)
-            if policy.fair_share:
+            tkey, _skey, qk = heapq.heappop(heap)
+            if fair:
                 fresh = _tenant_key(state, cycle, qk[0])
                 if fresh > tkey:
-                    heapq.heappush(heap, (fresh, skey, qk))
+                    heapq.heappush(heap, (fresh, _skey, qk))
                     continue
             queue = state.queues[qk]
             ptr = pointers.get(qk, 0)
@@ -90,8 +91,12 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
             if outcome is None:  # started
                 ptr += 1
             elif outcome is PendingReason.HELD_FOR_RESERVATION:
+                # Fits, but would delay a reservation: only jobs of this queue that end
+                # before the shadow time may start; find them by estimate, not by scanning.
                 result.reasons[job.id] = outcome
-                ptr += 1
+                _backfill_by_estimate(state, qk, now, result, cycle)
+                result.shape_reasons[qk] = outcome
+                ptr = len(queue)
             else:
                 # the whole (tenant, shape) queue shares this outcome
                 result.shape_reasons[qk] = outcome
@@ -107,12 +112,27 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
                         _reserve(state, job, now, result, cycle)
             pointers[qk] = ptr
             if ptr < len(queue):
-                nxt = state.pending[queue[ptr][1]]
-                heapq.heappush(heap, (_tenant_key(state, cycle, qk[0]) if policy.fair_share
-                                      else 0.0, queue[ptr][0], qk))
-                del nxt
+                heapq.heappush(heap, (_tenant_key(state, cycle, qk[0]) if fair else 0.0,
+                                      queue[ptr][0], qk))
     result.reservations = cycle.reservations
     return result
+
+
+def _backfill_by_estimate(state: SchedulerState, qk: tuple, now: float,
+                          result: DecideResult, cycle: _Cycle) -> None:
+    """Start this queue's jobs that end before every overlapping shadow time, shortest first."""
+    by_est = state.queues_by_estimate[qk]
+    started = {s.job_id for s in result.starts}
+    for est, _key, jid in by_est:
+        if est == math.inf:
+            break
+        if jid in started:
+            continue
+        job = state.pending[jid]
+        if not _respects_reservations(job, now, cycle):
+            break  # sorted by estimate: no later job ends sooner
+        if _try_job(state, job, now, result, cycle) is not None:
+            break
 
 
 def _tenant_key(state: SchedulerState, cycle: _Cycle, tenant: str) -> float:

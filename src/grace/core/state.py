@@ -44,6 +44,8 @@ class SchedulerState:
         self.pending: dict[JobId, PendingJob] = {}
         self.running: dict[JobId, RunningJob] = {}
         self.queues: dict[QueueKey, list[tuple[tuple, JobId]]] = {}
+        # the same queues sorted by runtime estimate, for EASY backfill's time rule
+        self.queues_by_estimate: dict[QueueKey, list[tuple[float, tuple, JobId]]] = {}
         self.usage: dict[str, TenantUsage] = {}
         self.ends: list[tuple[float, JobId]] = []
         self.deadlines: list[tuple[float, JobId]] = []
@@ -79,19 +81,29 @@ class SchedulerState:
         if job.id in self.pending or job.id in self.running:
             raise ValueError(f"job {job.id} is already known to the scheduler")
         self.pending[job.id] = job
-        q = self.queues.setdefault((job.tenant, job.shape), [])
-        bisect.insort(q, (self._static_key(job), job.id))
+        qk = (job.tenant, job.shape)
+        key = self._static_key(job)
+        bisect.insort(self.queues.setdefault(qk, []), (key, job.id))
+        est = job.estimate_s if job.estimate_s is not None else math.inf
+        bisect.insort(self.queues_by_estimate.setdefault(qk, []), (est, key, job.id))
 
     def withdraw(self, job_id: JobId) -> PendingJob:
         """Remove a waiting job (cancelled, or started)."""
         job = self.pending.pop(job_id)
         qk = (job.tenant, job.shape)
         q = self.queues[qk]
-        i = bisect.bisect_left(q, (self._static_key(job), job.id))
+        key = self._static_key(job)
+        i = bisect.bisect_left(q, (key, job.id))
         assert q[i][1] == job.id
         del q[i]
+        qe = self.queues_by_estimate[qk]
+        est = job.estimate_s if job.estimate_s is not None else math.inf
+        j = bisect.bisect_left(qe, (est, key, job.id))
+        assert qe[j][2] == job.id
+        del qe[j]
         if not q:
             del self.queues[qk]
+            del self.queues_by_estimate[qk]
         return job
 
     def start(self, job_id: JobId, placement: Placement, now: float,

@@ -107,7 +107,7 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
-    pools: list[PoolSpec] = Field(default_factory=lambda: [PoolSpec(name="on-prem")])
+    pools: list[PoolSpec] = Field(default_factory=lambda: [PoolSpec(name="on-prem")], min_length=1)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     gpu_models: list[GpuModel] = Field(
         default_factory=list, description="extra GPU models beyond the built-in catalog"
@@ -116,35 +116,40 @@ class ClusterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ClusterSpec:
+        """Cross-field checks; every problem is reported, one per line, as ``path: fix``."""
         catalog = self.catalog()
+        problems: list[str] = []
         pool_names = [p.name for p in self.pools]
         if len(set(pool_names)) != len(pool_names):
-            raise ValueError(f"pool names must be unique, got {pool_names}")
+            problems.append(f"pools: pool names must be unique, got {pool_names}")
         seen_groups: set[str] = set()
         seen_nodes: set[str] = set()
         for i, g in enumerate(self.node_groups):
             where = f"node_groups[{i}]"
             if g.gpu not in catalog:
-                raise ValueError(
+                problems.append(
                     f"{where}.gpu: unknown GPU model {g.gpu!r}; use one of "
                     f"{sorted(catalog)} or add it under gpu_models"
                 )
-            if g.mig_gpus_per_node and not catalog[g.gpu].supports_mig:
-                raise ValueError(
+            elif g.mig_gpus_per_node and not catalog[g.gpu].supports_mig:
+                problems.append(
                     f"{where}.mig_gpus_per_node: {g.gpu} has no MIG profiles; set it to 0"
                 )
             if g.pool is not None and g.pool not in pool_names:
-                raise ValueError(
+                problems.append(
                     f"{where}.pool: unknown pool {g.pool!r}; declare it under pools "
                     f"(known: {pool_names})"
                 )
             if g.name in seen_groups:
-                raise ValueError(f"{where}.name: duplicate node group name {g.name!r}")
+                problems.append(f"{where}.name: duplicate node group name {g.name!r}; rename one")
             seen_groups.add(g.name)
             for n in g.node_names():
                 if n in seen_nodes:
-                    raise ValueError(f"{where}: node name {n!r} appears twice; rename one")
+                    problems.append(f"{where}.names: node name {n!r} appears twice; rename one")
+                    break
                 seen_nodes.add(n)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def catalog(self) -> dict[str, GpuModel]:

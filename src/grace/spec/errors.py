@@ -6,6 +6,7 @@ a ``SpecError`` listing every problem, each with the field path and a fix.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -43,6 +44,11 @@ _FIXES = {
 }
 
 
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                 "too_short", "too_long", "string_too_short", "string_pattern_mismatch"}
+_LINE_PATH = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -71,5 +77,14 @@ def from_validation_error(source: str, err: ValidationError, prefix: str = "") -
             msg = fix
         elif fix:
             msg = f"{msg} ({fix}; got {e.get('input')!r})"
+        elif e["type"] in _RANGE_ERRORS:
+            msg = f"{msg}; got {e.get('input')!r}"
+        if e["type"] == "value_error" and _LINE_PATH.match(msg.split("\n")[0]):
+            # a model-level check that names its own field paths, one per line
+            for line in msg.split("\n"):
+                sub, _, text = line.partition(": ")
+                full = f"{path}.{sub}" if path else sub
+                problems.append(SpecProblem(full, text))
+            continue
         problems.append(SpecProblem(path, msg))
     return SpecError(source, problems)

@@ -15,6 +15,8 @@ public rate cards quoted beside each entry otherwise.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: MIG hardware partitions a GPU into 7 compute slices and 8 memory slices.
@@ -85,7 +87,7 @@ def _mig_family(per_slice_gb: float, total_gb: float) -> tuple[MigProfile, ...]:
     shapes = [(1, 1, 7), (1, 2, 4), (2, 2, 3), (3, 4, 2), (4, 4, 1), (7, 8, 1)]
     out = []
     for compute, mem, max_n in shapes:
-        gb = total_gb if mem == MIG_MEMORY_SLICES else round(per_slice_gb * mem)
+        gb = total_gb if mem == MIG_MEMORY_SLICES else math.floor(per_slice_gb * mem + 0.5)
         out.append(
             MigProfile(
                 name=f"{compute}g.{int(gb)}gb",

@@ -27,12 +27,26 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
+    merged_keys: set[Any] = set()
+    explicit = list(node.value)
+    loader.flatten_mapping(node)  # resolve YAML merge keys (<<: *defaults)
+    n_merged = len(node.value) - len([kv for kv in explicit if kv[0].tag != "tag:yaml.org,2002:merge"])
+    for i, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=deep)
-        if key in mapping:
+        try:
+            hash(key)
+        except TypeError as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain name, got {key!r}", key_node.start_mark
+            ) from e
+        if i < n_merged:
+            merged_keys.add(key)
+        elif key in mapping and key not in merged_keys:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}; keep only one", key_node.start_mark
             )
+        else:
+            merged_keys.discard(key)
         mapping[key] = loader.construct_object(value_node, deep=deep)
     return mapping
 
@@ -44,9 +58,11 @@ def read_yaml(path: Path | str) -> Any:
     """Parse one YAML document, turning any read or syntax error into a SpecError."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError(str(p), [SpecProblem("", f"cannot read file: {e.strerror}")]) from e
+    except UnicodeDecodeError as e:
+        raise SpecError(str(p), [SpecProblem("", "file is not UTF-8 text; save it as UTF-8")]) from e
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as e:
@@ -61,7 +77,9 @@ def read_yaml(path: Path | str) -> Any:
 
 def _validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
     if not isinstance(data, dict):
-        raise SpecError(source, [SpecProblem(prefix, f"expected a mapping of fields, got {type(data).__name__}")])
+        raise SpecError(
+            source, [SpecProblem(prefix, f"expected a mapping of fields, got {type(data).__name__}")]
+        )
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -76,14 +94,20 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> ClusterSpec:
 def parse_jobs(
     data: Any, source: str = "<jobs>", catalog: dict[str, GpuModel] | None = None
 ) -> list[JobSpec]:
-    """One job (a mapping) or several (``jobs: [...]``); all valid or none returned."""
+    """One job (a mapping) or several (``jobs: [...]``); all valid or none returned.
+
+    Next to ``jobs:``, other top-level fields (``tenant: research``) are defaults
+    that every job in the list inherits unless it sets its own.
+    """
     data = _strip_kind(data, "job", source)
     catalog = catalog or BUILTIN_GPUS
     if isinstance(data, dict) and "jobs" in data:
         items = data["jobs"]
         if not isinstance(items, list) or not items:
             raise SpecError(source, [SpecProblem("jobs", "must be a non-empty list of jobs")])
-        entries = [(f"jobs[{i}]", item) for i, item in enumerate(items)]
+        defaults = {k: v for k, v in data.items() if k != "jobs"}
+        entries = [(f"jobs[{i}]", {**defaults, **item} if isinstance(item, dict) else item)
+                   for i, item in enumerate(items)]
     else:
         entries = [("", data)]
     jobs: list[JobSpec] = []
@@ -110,7 +134,9 @@ def _strip_kind(data: Any, expected: str, source: str) -> Any:
     if isinstance(data, dict) and "kind" in data:
         kind = str(data["kind"]).lower()
         if kind != expected:
-            raise SpecError(source, [SpecProblem("kind", f"expected kind {expected!r}, got {kind!r}")])
+            raise SpecError(
+                source, [SpecProblem("kind", f"expected kind {expected!r}, got {kind!r}")]
+            )
         data = {k: v for k, v in data.items() if k != "kind"}
     return data
 

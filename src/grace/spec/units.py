@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days|w)?\s*$")
@@ -12,17 +13,20 @@ _SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600
 def parse_duration(value: object) -> float:
     """Seconds from a number or a string like ``"90m"``; raises ValueError with the fix."""
     if isinstance(value, bool):
-        raise ValueError("a duration must be a number of seconds or a string like '90m', '2h', '3d'")
+        raise ValueError(
+            "a duration must be a number of seconds or a string like '90m', '2h', '3d'"
+        )
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and (m := _DURATION.match(value)):
         seconds = float(m.group(1)) * _SECONDS[m.group(2)]
     else:
         raise ValueError(
-            f"cannot read duration {value!r}; write seconds (3600) or a string like '90m', '2h', '3d'"
+            f"cannot read duration {value!r}; write seconds (3600) or a string like "
+            "'90m', '2h', '3d'"
         )
-    if seconds <= 0:
-        raise ValueError(f"duration must be positive, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"duration must be positive and finite, got {value!r}")
     return seconds
 
 

@@ -14,6 +14,9 @@ class TraceJob:
 
     ``gpus`` is a whole GPU count; ``gpu_milli`` (1..999) marks a job that asks
     for a fraction of one GPU (Alibaba GPU sharing), in which case ``gpus`` is 1.
+    ``gpu_model`` is a catalog name when the trace pins one known model;
+    ``gpu_spec`` keeps the trace's raw GPU-type constraint (``"V100M16|V100M32"``,
+    ``"G2"``) because a set of models or an undisclosed one has no catalog name.
     """
 
     job_id: str
@@ -26,6 +29,7 @@ class TraceJob:
     workload_class: WorkloadClass = WorkloadClass.EXPERIMENT
     priority: int = 0
     preemptible: bool = True
+    gpu_spec: str | None = None
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The ``grace`` command line: one entry point, one module per verb family."""

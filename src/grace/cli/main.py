@@ -1,0 +1,31 @@
+"""``grace``: the single command-line entry point."""
+
+from __future__ import annotations
+
+import typer
+
+from grace.cli.catalog import gpus, policies
+from grace.cli.validate import validate
+
+app = typer.Typer(
+    name="grace",
+    help="Grace: control plane and digital twin of a private GPU training cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(validate)
+app.command()(gpus)
+app.command()(policies)
+
+try:  # the twin's commands; registered here so `grace --help` lists them
+    from grace.cli.simulate import compare, simulate
+
+    app.command()(simulate)
+    app.command()(compare)
+except ImportError:  # pragma: no cover - only while the twin is being built
+    pass
+
+
+if __name__ == "__main__":
+    app()

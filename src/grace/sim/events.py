@@ -1,0 +1,43 @@
+"""The event queue: one ordering key, (time, kind rank, sequence), so runs repeat exactly.
+
+Kinds are ranked so that at one instant, GPUs are freed before anything is
+placed: completions and stops first, then wake-ups (runtime limits), then
+arrivals. The sequence number breaks the remaining ties in the order events
+were scheduled, which is itself deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from enum import IntEnum
+from typing import Any
+
+
+class EventKind(IntEnum):
+    COMPLETE = 0
+    WAKE = 1
+    ARRIVE = 2
+
+
+class EventQueue:
+    """A heap of (time, kind, seq, payload)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+
+    def push(self, time: float, kind: EventKind, payload: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, int(kind), self._seq, payload))
+
+    def pop(self) -> tuple[float, int, Any]:
+        t, kind, _, payload = heapq.heappop(self._heap)
+        return t, kind, payload
+
+    def peek_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,140 @@
+"""What a replay measured: job completion and queueing times, allocation, fragmentation,
+leaf span and per-tenant shares, as one flat JSON-able summary plus time series.
+
+Time-weighted figures integrate piecewise-constant state between events:
+``gpu_allocation`` is allocated GPU-time over total GPU-time up to the makespan;
+``fragmentation`` is the time-averaged share of GPUs that sat free while jobs
+waited and none of the waiting jobs could use them (measured right after each
+scheduling cycle, when everything placeable has been placed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from grace.core.state import SchedulerState
+from grace.core.topology import Topology
+
+if TYPE_CHECKING:
+    from grace.sim.engine import SimJob
+    from grace.sim.traces.model import TraceJob
+
+SERIES_POINTS = 2000
+
+
+@dataclass
+class SimResult:
+    summary: dict[str, Any]
+    series: dict[str, list[float]]
+    jct_s: np.ndarray
+    queue_s: np.ndarray
+    tenants: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class MetricsRecorder:
+    """Integrates state over virtual time; cheap enough to call at every event."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.total_gpus = topo.total_gpus
+        self.last_t: float | None = None
+        self.first_t: float | None = None
+        self.alloc_area = 0.0
+        self.frag_area = 0.0
+        self.queue_area = 0.0
+        self._alloc = 0.0
+        self._frag = 0.0
+        self._queue = 0
+        self.preemptions = 0
+        self.series: dict[str, list[float]] = {"t_s": [], "allocated_gpus": [], "queued_jobs": []}
+        self._sample_every = 0.0
+
+    def set_horizon(self, horizon_s: float) -> None:
+        self._sample_every = horizon_s / SERIES_POINTS
+
+    def advance(self, now: float, state: SchedulerState) -> None:
+        if self.last_t is None:
+            self.last_t = self.first_t = now
+            return
+        dt = now - self.last_t
+        if dt > 0:
+            self.alloc_area += self._alloc * dt
+            self.frag_area += self._frag * dt
+            self.queue_area += self._queue * dt
+            self.last_t = now
+
+    def after_cycle(self, now: float, state: SchedulerState) -> None:
+        self._alloc = state.allocated_gpus()
+        self._queue = len(state.pending)
+        self._frag = (self.total_gpus - self._alloc) if self._queue else 0.0
+        s = self.series
+        if not s["t_s"] or now - s["t_s"][-1] >= self._sample_every:
+            s["t_s"].append(now)
+            s["allocated_gpus"].append(self._alloc)
+            s["queued_jobs"].append(self._queue)
+
+    def finish(self, jobs: Iterable[SimJob], unplaceable: list[TraceJob], events: int,
+               wall_s: float) -> SimResult:
+        jobs = list(jobs)
+        done = [j for j in jobs if not math.isnan(j.end_s)]
+        submit = np.array([j.trace.submit_s for j in done])
+        end = np.array([j.end_s for j in done])
+        first = np.array([j.first_start_s for j in done])
+        jct = end - submit
+        queue = first - submit
+        t0 = min((j.trace.submit_s for j in jobs), default=0.0)
+        makespan = (float(end.max()) - t0) if len(end) else 0.0
+        span = (self.last_t or 0.0) - (self.first_t or 0.0)
+        multi = [j for j in done if j.nodes > 1]
+        tenants = self._tenants(done)
+
+        def pct(a: np.ndarray, q: float) -> float:
+            return float(np.percentile(a, q)) if len(a) else 0.0
+
+        summary: dict[str, Any] = {
+            "jobs": len(jobs),
+            "jobs_completed": sum(1 for j in done if j.outcome == "completed"),
+            "jobs_timed_out": sum(1 for j in done if j.outcome == "timeout"),
+            "jobs_unfinished": len(jobs) - len(done),
+            "jobs_skipped": len(unplaceable),
+            "avg_jct_s": float(jct.mean()) if len(jct) else 0.0,
+            "p50_jct_s": pct(jct, 50),
+            "p99_jct_s": pct(jct, 99),
+            "avg_queue_s": float(queue.mean()) if len(queue) else 0.0,
+            "p50_queue_s": pct(queue, 50),
+            "p99_queue_s": pct(queue, 99),
+            "makespan_s": makespan,
+            "gpu_allocation": self.alloc_area / (self.total_gpus * span) if span > 0 else 0.0,
+            "fragmentation": self.frag_area / (self.total_gpus * span) if span > 0 else 0.0,
+            "avg_queue_len": self.queue_area / span if span > 0 else 0.0,
+            "multi_node_jobs": len(multi),
+            "multi_leaf_share": (sum(1 for j in multi if j.leaves > j.min_leaves) / len(multi))
+            if multi else 0.0,
+            "preemptions": self.preemptions,
+            "events": events,
+            "wall_s": wall_s,
+            "events_per_s": events / wall_s if wall_s > 0 else 0.0,
+        }
+        return SimResult(summary, self.series, jct, queue, tenants)
+
+    @staticmethod
+    def _tenants(done: list[SimJob]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        total = 0.0
+        for j in done:
+            gpus = j.pending.gpu_equivalents
+            gh = gpus * j.trace.duration_s / 3600.0
+            t = out.setdefault(j.trace.tenant, {"jobs": 0, "gpu_hours": 0.0, "avg_queue_s": 0.0})
+            t["jobs"] += 1
+            t["gpu_hours"] += gh
+            t["avg_queue_s"] += j.first_start_s - j.trace.submit_s
+            total += gh
+        for t in out.values():
+            t["avg_queue_s"] /= max(1, t["jobs"])
+            t["share_of_gpu_hours"] = t["gpu_hours"] / total if total else 0.0
+        return out
