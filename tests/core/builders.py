@@ -8,6 +8,7 @@ from the masks (stricter than ``FreeCapacity.check_consistency``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from grace.core import (
     JobId,
     PendingJob,
     Placement,
+    QueuePolicy,
     SchedulerState,
     Slice,
     TenantQuota,
@@ -110,9 +112,14 @@ def make_job(
 
 
 def make_state(
-    topo: Topology, policy: str = "grace", quotas: dict[str, TenantQuota] | None = None
+    topo: Topology, policy: str | QueuePolicy = "grace",
+    quotas: dict[str, TenantQuota] | None = None, **overrides: Any,
 ) -> SchedulerState:
-    return SchedulerState(topo, get_policy(policy), quotas)
+    """A state under a named policy; ``overrides`` change policy fields (``backfill=False``)."""
+    p = get_policy(policy) if isinstance(policy, str) else policy
+    if overrides:
+        p = dataclasses.replace(p, **overrides)
+    return SchedulerState(topo, p, quotas)
 
 
 def submit(state: SchedulerState, *jobs: PendingJob) -> None:

@@ -402,11 +402,10 @@ def test_job_whose_only_model_is_drained_says_no_usable_nodes():
     assert decide(state, 0).reason_for(job) is PendingReason.NO_USABLE_NODES
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: FreeCapacity._set_slice deletes the GPU's entry from group.partial even when its "
-    "node is unusable (set_usable(False) already took it out), so releasing a slice on a "
-    "drained node raises IndexError or deletes another GPU's entry"))
 def test_slice_job_on_a_drained_node_can_finish():
+    """Regression (failed on commit 1e6729b): FreeCapacity._set_slice deletes the GPU's entry
+    from group.partial even when its node is unusable (set_usable(False) already took it out),
+    so releasing a slice on a drained node raises IndexError or deletes another GPU's entry"""
     topo = make_cluster(nodes=1, mig=2)
     state = make_state(topo)
     occupy(state, make_job(100, gpus=0.25), slices=[Slice(0, 2, 2)])
@@ -417,10 +416,10 @@ def test_slice_job_on_a_drained_node_can_finish():
     check_index(state.capacity)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: FreeCapacity._set_slice removes a drained node's GPU from group.partial by bisect "
-    "and deletes whatever entry is there, corrupting another node's split-GPU index"))
 def test_finishing_a_slice_job_on_a_drained_node_keeps_other_split_gpus_indexed():
+    """Regression (failed on commit 1e6729b): FreeCapacity._set_slice removes a drained node's
+    GPU from group.partial by bisect and deletes whatever entry is there, corrupting another
+    node's split-GPU index"""
     topo = make_cluster(nodes=2, nodes_per_leaf=2, mig=2)
     state = make_state(topo)
     occupy(state, make_job(100, gpus=0.25), slices=[Slice(0, 2, 2)])  # node 0

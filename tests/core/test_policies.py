@@ -74,11 +74,11 @@ def test_fifo_starts_jobs_in_submit_order_while_they_fit():
     assert result.reason_for(jobs[3]) is PendingReason.WAITING_FOR_CAPACITY
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: scheduler._try_job marks a shape blocked when it had NO_USABLE_NODES, so the next "
-    "tenant's job of the same shape gets WAITING_FOR_CAPACITY from cycle.blocked_shapes; under "
-    "fifo that stops the cycle and blocks every job behind it, while the first tenant's job did not"))
 def test_fifo_job_whose_model_is_all_drained_does_not_block_the_queue():
+    """Regression (failed on commit 1e6729b): scheduler._try_job marks a shape blocked when it
+    had NO_USABLE_NODES, so the next tenant's job of the same shape gets WAITING_FOR_CAPACITY
+    from cycle.blocked_shapes; under fifo that stops the cycle and blocks every job behind it,
+    while the first tenant's job did not"""
     topo = make_cluster(groups=[{"name": "h", "count": 1, "gpu": H100},
                                 {"name": "a", "count": 1, "gpu": A100}])
     state = make_state(topo, "fifo")
@@ -111,7 +111,7 @@ def _backfill_scene():
 
 
 def test_easy_backfill_short_job_backfills_and_long_one_is_held_for_the_head():
-    state, head, short, long = _backfill_scene()
+    state, head, _short, long = _backfill_scene()
 
     result = decide(state, 0)
 
@@ -124,7 +124,7 @@ def test_easy_backfill_short_job_backfills_and_long_one_is_held_for_the_head():
 
 
 def test_easy_backfill_head_starts_no_later_than_its_shadow_time():
-    state, head, short, long = _backfill_scene()
+    state, *_ = _backfill_scene()
 
     starts = drive(state)
 
@@ -164,30 +164,11 @@ def test_easy_backfill_job_may_use_gpus_the_head_will_not_need():
     assert 1 in started(decide(state, 100))  # and the head still starts at its shadow time
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (minor): SchedulerState.shadow_time returns at the first running job whose end makes "
-    "enough GPUs free and ignores others ending at the same instant, so extra_gpus is too small "
-    "and a job that only uses GPUs the head will not need is HELD_FOR_RESERVATION"))
-def test_easy_backfill_counts_every_job_ending_at_the_shadow_time_as_spare():
-    topo = make_cluster(nodes=3, nodes_per_leaf=4)
-    state = make_state(topo, "easy-backfill")
-    occupy(state, make_job(100, gpus=8, estimate=100), node_gpus(topo, 0, 8))
-    occupy(state, make_job(101, gpus=8, estimate=100), node_gpus(topo, 1, 8))
-    head = make_job(1, gpus=16, submit=1)  # at t=100, 24 GPUs are free: 8 to spare
-    extra = make_job(2, gpus=8, submit=2)  # no estimate, but fits in the spare 8
-    submit(state, head, extra)
-
-    result = decide(state, 0)
-
-    assert result.reservations[0].shadow_s == 100
-    assert 2 in started(result)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: SchedulerState.shadow_time counts free GPUs, not placeable ones: with 6 free GPUs on "
-    "each of two nodes an 8-GPU head gets shadow=now and extra_gpus=4, so a 4-GPU job of any "
-    "length backfills onto the GPUs the head needs at t=100 and delays it past its shadow time"))
 def test_easy_backfill_never_delays_the_head_past_its_shadow_time_when_gpus_are_fragmented():
+    """Regression (failed on commit 1e6729b): SchedulerState.shadow_time counts free GPUs, not
+    placeable ones: with 6 free GPUs on each of two nodes an 8-GPU head gets shadow=now and
+    extra_gpus=4, so a 4-GPU job of any length backfills onto the GPUs the head needs at t=100
+    and delays it past its shadow time"""
     topo = make_cluster(nodes=2, nodes_per_leaf=2)
     state = make_state(topo, "easy-backfill")
     occupy(state, make_job(100, gpus=2, estimate=100), node_gpus(topo, 0, 2))
@@ -201,11 +182,11 @@ def test_easy_backfill_never_delays_the_head_past_its_shadow_time_when_gpus_are_
     assert starts[1] <= 100
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: SchedulerState.shadow_time walks state.ends, which still holds jobs this cycle stopped "
-    "(or preempted) and whose GPUs decide already counts as free, so they are counted twice: the "
-    "head gets shadow_s=now instead of 1000 and a 10^6 s job backfills in front of it"))
 def test_easy_backfill_shadow_time_does_not_count_a_stopped_job_twice():
+    """Regression (failed on commit 1e6729b): SchedulerState.shadow_time walks state.ends, which
+    still holds jobs this cycle stopped (or preempted) and whose GPUs decide already counts as
+    free, so they are counted twice: the head gets shadow_s=now instead of 1000 and a 10^6 s
+    job backfills in front of it"""
     topo = make_cluster(nodes=2, nodes_per_leaf=2)
     state = make_state(topo, "easy-backfill")
     occupy(state, make_job(100, gpus=8, estimate=50, limit=100), node_gpus(topo, 0, 8))
@@ -223,9 +204,7 @@ def test_easy_backfill_shadow_time_does_not_count_a_stopped_job_twice():
 
 def test_backfill_depth_leaves_jobs_not_examined():
     topo = make_cluster(nodes=1)
-    policy = get_policy("easy-backfill")
-    state = make_state(topo, "easy-backfill")
-    state.policy = type(policy)(**{**policy.__dict__, "backfill_depth": 1})
+    state = make_state(topo, "easy-backfill", backfill_depth=1)
     occupy(state, make_job(100, gpus=8, estimate=100), node_gpus(topo, 0, 8))
     jobs = [make_job(i, gpus=8 - i, submit=i) for i in range(1, 5)]  # distinct shapes
     submit(state, *jobs)
@@ -365,3 +344,21 @@ def test_every_waiting_job_has_a_reason_and_only_started_jobs_have_none():
     starts = started(result)
     for job in state.pending.values():
         assert (result.reason_for(job) is None) == (int(job.id) in starts)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: scheduler._place_in_holds re-holds every held GPU not in placement.gpus, ignoring "
+    "placement.slices, so a short sub-GPU job placed on a held MIG GPU makes _commit_start's "
+    "allocate fail with AssertionError 'slice on a GPU that is not free'"))
+def test_short_slice_job_may_backfill_onto_gpus_held_for_a_reservation():
+    topo = make_cluster(nodes=1, mig=1)
+    state = make_state(topo, "easy-backfill")
+    occupy(state, make_job(100, gpus=4, estimate=100), node_gpus(topo, 0, 4))
+    head = make_job(1, gpus=8, submit=1)  # held: GPUs 0-3 now, the rest at t=100
+    short = make_job(2, gpus=0.25, submit=2, estimate=10)  # ends long before t=100
+    submit(state, head, short)
+
+    result = decide(state, 0)
+
+    assert list(started(result)) == [2]
+    assert result.reason_for(head) is PendingReason.WAITING_FOR_CAPACITY

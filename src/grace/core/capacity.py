@@ -65,7 +65,7 @@ class GroupIndex:
 
     __slots__ = (
         "domain_free", "domains", "free_total", "key", "leaf_buckets", "leaf_free", "leaf_ge",
-        "leaves", "max_gpus", "nodes", "nodes_by_free", "partial", "share_by_free",
+        "leaves", "max_gpus", "nodes", "nodes_by_free", "nodes_per_leaf", "partial", "share_by_free",
     )
 
     def __init__(self, key: GroupKey, max_gpus: int) -> None:
@@ -73,6 +73,7 @@ class GroupIndex:
         self.max_gpus = max_gpus
         self.nodes: list[int] = []
         self.leaves: list[int] = []
+        self.nodes_per_leaf = 0
         self.domains: list[int] = []
         self.free_total = 0
         self.nodes_by_free: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
@@ -118,6 +119,9 @@ class FreeCapacity:
                 g.domains.append(n.domain)
                 g.domain_free[n.domain] = 0
             self._index_add(n.index, n.gpus)
+        for g in self.groups.values():
+            g.nodes_per_leaf = max(
+                sum(1 for n in topo.leaf_nodes[leaf] if self.node_group[n] is g) for leaf in g.leaves)
 
     # ------------------------------------------------------------------ index upkeep
     def _index_add(self, node: int, count: int) -> None:
@@ -164,15 +168,17 @@ class FreeCapacity:
         old = self.slice_free.get(gpu)
         if self._log is not None:
             self._log.append(("slice", gpu, old, self.slice_count.get(gpu, 0)))
+        indexed = self.usable[self.topo.gpu_node[gpu]]  # drained nodes are out of the index
         if old is not None:
-            i = bisect.bisect_left(g.partial, (old[0], old[1], gpu))
-            del g.partial[i]
+            if indexed:
+                i = bisect.bisect_left(g.partial, (old[0], old[1], gpu))
+                del g.partial[i]
             del self.slice_free[gpu]
             del self.slice_count[gpu]
         if value is not None:
             self.slice_free[gpu] = value
             self.slice_count[gpu] = users
-            if self.usable[self.topo.gpu_node[gpu]]:
+            if indexed:
                 bisect.insort(g.partial, (value[0], value[1], gpu))
 
     def set_usable(self, node: int, usable: bool) -> None:

@@ -47,7 +47,7 @@ class PendingJob:
                 self.whole.count if self.whole else 0,
                 self.whole.per_node if self.whole else None,
                 tuple(sorted((m, s.compute, s.memory) for m, s in self.slices.items())),
-                self.models, self.allow_mixed, self.exclude_nodes, self.pools,
+                self.models, self.allow_mixed, self.exclude_nodes, self.pools, self.preemptible,
             )
 
     @property

@@ -13,8 +13,9 @@ Whole-GPU algorithm (``topology`` strategy, the default):
    leaf with the least spare capacity that still holds the gang; failing
    that, the pod that needs the fewest leaves, taking its fullest-free leaves
    first and the tightest-fitting leaf last; failing that, the same across pods.
-4. A job with a flexible shape (only ``gpus``) that cannot get whole nodes is
-   scattered over partly free nodes, fullest first, as a last resort.
+4. A job with a flexible shape (only ``gpus``) that cannot get whole nodes under
+   one leaf takes partly free nodes under one leaf (fullest first) before whole
+   nodes across leaves, and scatters across leaves only as a last resort.
 
 Slices: best fit among GPUs already split; only when none fits is a whole
 GPU opened, on the node with the fewest free GPUs, so whole GPUs stay free.
@@ -46,9 +47,14 @@ class SliceRequest:
 
 
 def place_whole(
-    cap: FreeCapacity, g: GroupIndex, req: WholeRequest, exclude: frozenset[int] = frozenset()
+    cap: FreeCapacity, g: GroupIndex, req: WholeRequest, exclude: frozenset[int] = frozenset(),
+    leaf_locality: bool = False,
 ) -> Placement | None:
-    """Place ``req`` inside one group, or return None."""
+    """Place ``req`` inside one group, or return None.
+
+    ``leaf_locality``: a gang that one leaf switch could hold never spans two, and
+    no gang is scattered over partly free nodes across leaves; it waits instead.
+    """
     if req.count > g.free_total:
         return None
     per_node = req.per_node
@@ -70,15 +76,23 @@ def place_whole(
     shaped = per_node if per_node is not None else g.max_gpus
     nodes_needed = -(-req.count // shaped)
     remainder = req.count - (nodes_needed - 1) * shaped
-    chosen = _pick_nodes_by_leaf(cap, g, nodes_needed, shaped, remainder, exclude)
-    if chosen is not None:
-        gpus: list[int] = []
-        for i, node in enumerate(chosen):
-            take = remainder if i == len(chosen) - 1 else shaped
-            gpus.extend(cap.free_gpu_ids(node, take))
-        return Placement(gpus=tuple(sorted(gpus)))
-    if per_node is None:
-        return _scatter(cap, g, req.count, exclude)
+    fits_one_leaf = nodes_needed <= g.nodes_per_leaf
+    for across_leaves in (False, True):
+        if across_leaves and leaf_locality and fits_one_leaf:
+            return None
+        chosen = _pick_nodes_by_leaf(cap, g, nodes_needed, shaped, remainder, exclude, across_leaves)
+        if chosen is not None:
+            gpus: list[int] = []
+            for i, node in enumerate(chosen):
+                take = remainder if i == len(chosen) - 1 else shaped
+                gpus.extend(cap.free_gpu_ids(node, take))
+            return Placement(gpus=tuple(sorted(gpus)))
+        if per_node is not None or (across_leaves and leaf_locality):
+            continue
+        # flexible shape: partly free nodes under one leaf before whole nodes across leaves
+        placed = _scatter(cap, g, req.count, exclude, one_leaf=not across_leaves)
+        if placed is not None:
+            return placed
     return None
 
 
@@ -134,7 +148,7 @@ def _leaf_capacity(cap: FreeCapacity, g: GroupIndex, leaf: int, per_node: int,
 
 def _pick_nodes_by_leaf(
     cap: FreeCapacity, g: GroupIndex, nodes_needed: int, per_node: int, last: int,
-    exclude: frozenset[int],
+    exclude: frozenset[int], across_leaves: bool,
 ) -> list[int] | None:
     """``nodes_needed - 1`` nodes with ``per_node`` free and a last one with ``last`` free."""
     caps = {}
@@ -151,6 +165,8 @@ def _pick_nodes_by_leaf(
             caps[leaf] = c
     if single:
         leaves = [min(single)[1]]
+    elif not across_leaves:
+        return None
     else:
         # across leaves every node is asked for ``per_node`` free, the last one included
         if sum(caps.values()) < nodes_needed:
@@ -217,10 +233,23 @@ def _greedy_cover(leaves: list[int], caps: dict[int, int], needed: int) -> list[
     return None
 
 
-def _scatter(cap: FreeCapacity, g: GroupIndex, count: int,
-             exclude: frozenset[int]) -> Placement | None:
-    """Any nodes, fullest-free first, leaves with the most free GPUs first."""
-    leaves = sorted(g.leaves, key=lambda leaf: -g.leaf_free[leaf])
+def _scatter(cap: FreeCapacity, g: GroupIndex, count: int, exclude: frozenset[int],
+             one_leaf: bool) -> Placement | None:
+    """Any nodes, fullest-free first. ``one_leaf``: the tightest single leaf that holds
+    the whole gang; otherwise across leaves, those with the most free GPUs first."""
+    if not one_leaf:
+        return _scatter_across(cap, g, count, exclude,
+                               sorted(g.leaves, key=lambda leaf: -g.leaf_free[leaf]))
+    fitting = sorted((free, leaf) for leaf, free in g.leaf_free.items() if free >= count)
+    for _, leaf in fitting:
+        placed = _scatter_across(cap, g, count, exclude, [leaf])
+        if placed is not None:
+            return placed
+    return None
+
+
+def _scatter_across(cap: FreeCapacity, g: GroupIndex, count: int, exclude: frozenset[int],
+                    leaves: list[int]) -> Placement | None:
     gpus: list[int] = []
     for leaf in leaves:
         buckets = g.leaf_buckets[leaf]

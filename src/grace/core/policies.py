@@ -17,7 +17,10 @@ reads it; nothing else does.
   fewer GPU-seconds go first, in discretized levels; work-conserving; a
   waiting job may preempt a preemptible job of a higher level.
 - ``grace``: the default; priority, then least attained service level, then
-  smaller gangs first, with quotas, fair share, EASY backfill and preemption.
+  smaller gangs first, with quotas, fair share, EASY backfill and preemption;
+  a gang that one leaf switch could hold waits for one rather than spanning two
+  (the other policies take whatever GPUs are free, as Slurm does without
+  ``--switches``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class QueuePolicy:
     preempt_for_priority: bool = False
     preempt_for_quota: bool = False
     preempt_for_las: bool = False
+    leaf_locality: bool = False  # never span two leaves when one could hold the gang
     backfill_depth: int = 500  # like Slurm's bf_max_job_test
     max_victims: int = 16
 
@@ -83,7 +87,7 @@ POLICIES: dict[str, QueuePolicy] = {
         QueuePolicy("las", ("las", "submit"), preempt_for_las=True),
         QueuePolicy("grace", ("priority", "las", "size", "submit"), backfill=True,
                     quotas=True, fair_share=True, preempt_for_priority=True,
-                    preempt_for_quota=True),
+                    preempt_for_quota=True, leaf_locality=True),
     ]
 }
 

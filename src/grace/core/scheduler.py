@@ -11,22 +11,28 @@ One cycle:
    the rest of the cycle).
 2. Waiting jobs are visited in policy order: a k-way merge of per-(tenant,
    shape) queues, keyed by tenant fair share and each job's static order.
-   Because identical shapes place identically, a shape that did not fit is
-   skipped whole for the rest of the cycle, so a cycle costs about
-   (jobs started + queues), not (jobs waiting).
-3. Each visited job passes quota, then the backfill reservations, then
-   placement; if placement fails and the policy preempts, a trial preemption
-   frees victims one by one until the job fits or is undone.
-4. Under strict FIFO the first blocked job stops the cycle; under backfill it
-   takes a reservation at its shadow time and later jobs may start only if
-   they do not delay it.
+   Identical shapes place identically, so a shape that did not fit is skipped
+   whole for the rest of the cycle: a cycle costs about (jobs started +
+   queues), not (jobs waiting).
+3. Each visited job passes quota, then placement (around GPUs held for
+   reservations); a job that ends before a reservation's shadow time may also
+   use the held GPUs; if it still does not fit and the policy preempts, a trial
+   preemption frees victims until it fits, or is undone.
+4. Under strict FIFO the first blocked job stops the cycle. Under backfill it
+   takes a reservation: running jobs are released in the order they are
+   expected to end, in the trial, until the job can be placed; that instant is
+   its shadow time and that placement is held for it. GPUs of the placement
+   that are free now are held (no later job may take them, unless it ends
+   before the shadow time); the rest are busy now and free by then. So a
+   backfilled job can never delay the reserved one, whatever the topology.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grace.core.capacity import Placement
 from grace.core.decisions import (
@@ -47,38 +53,48 @@ from grace.core.state import SchedulerState
 
 
 @dataclass(slots=True)
+class _Hold:
+    """A reservation's GPUs that are free now and kept free for it during this cycle."""
+
+    reservation: Reservation
+    gpus: tuple[int, ...]
+    job: PendingJob
+
+
+@dataclass(slots=True)
 class _Cycle:
     """Per-cycle scratch: trial usage and what has been ruled out already."""
 
     usage: dict[str, float]
-    blocked_shapes: set[tuple]
-    reservations: list[Reservation]
-    freed: set[JobId]
-    budget_used: dict[str, int]
+    blocked: dict[tuple, PendingReason] = field(default_factory=dict)
+    holds: list[_Hold] = field(default_factory=list)
+    freed: set[JobId] = field(default_factory=set)
+    budget_used: dict[str, int] = field(default_factory=dict)
+    started: set[JobId] = field(default_factory=set)
+    ends: list[tuple[float, JobId, Placement]] = field(default_factory=list)
+    # blocked heads whose reservation is computed only once a later job could start:
+    # in a full cluster, most cycles never need it
+    unreserved: list[PendingJob] = field(default_factory=list)
 
 
 def decide(state: SchedulerState, now: float) -> DecideResult:
     """One scheduling cycle. See the module docstring for the algorithm."""
     result = DecideResult()
     policy = state.policy
-    cap = state.capacity
     fair = policy.fair_share
-    cycle = _Cycle(
-        usage={t: u.gpus for t, u in state.usage.items()},
-        blocked_shapes=set(), reservations=[], freed=set(), budget_used={},
-    )
-    with cap.trial():
+    cycle = _Cycle(usage={t: u.gpus for t, u in state.usage.items()})
+    with state.capacity.trial():
         _stop_expired(state, now, result, cycle)
         heap = _initial_heap(state, cycle)
         pointers: dict[tuple, int] = {}
         examined_beyond_block = 0
         blocked_any = False
         while heap:
-            tkey, _skey, qk = heapq.heappop(heap)
+            tkey, skey, qk = heapq.heappop(heap)
             if fair:
                 fresh = _tenant_key(state, cycle, qk[0])
                 if fresh > tkey:
-                    heapq.heappush(heap, (fresh, _skey, qk))
+                    heapq.heappush(heap, (fresh, skey, qk))
                     continue
             queue = state.queues[qk]
             ptr = pointers.get(qk, 0)
@@ -88,51 +104,28 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
                 if examined_beyond_block > policy.backfill_depth:
                     break
             outcome = _try_job(state, job, now, result, cycle)
-            if outcome is None:  # started
+            if outcome is None:
                 ptr += 1
-            elif outcome is PendingReason.HELD_FOR_RESERVATION:
-                # Fits, but would delay a reservation: only jobs of this queue that end
-                # before the shadow time may start; find them by estimate, not by scanning.
-                result.reasons[job.id] = outcome
-                _backfill_by_estimate(state, qk, now, result, cycle)
-                result.shape_reasons[qk] = outcome
-                ptr = len(queue)
             else:
-                # the whole (tenant, shape) queue shares this outcome
+                result.reasons[job.id] = outcome
                 result.shape_reasons[qk] = outcome
-                ptr = len(queue)
-                if outcome is PendingReason.WAITING_FOR_CAPACITY:
-                    result.reasons[job.id] = outcome
+                ptr = len(queue)  # the rest of this (tenant, shape) queue shares the outcome
+                if outcome is PendingReason.HELD_FOR_RESERVATION:
+                    _backfill_short_jobs(state, qk, now, result, cycle)
+                elif outcome is PendingReason.WAITING_FOR_CAPACITY:
                     if policy.strict_head:
                         result.default_reason = PendingReason.BEHIND_QUEUE_HEAD
-                        result.shape_reasons.pop(qk)
+                        del result.shape_reasons[qk]
                         break
                     blocked_any = True
-                    if policy.backfill:
-                        _reserve(state, job, now, result, cycle)
+                    if policy.backfill and job.whole is not None:
+                        cycle.unreserved.append(job)
             pointers[qk] = ptr
             if ptr < len(queue):
                 heapq.heappush(heap, (_tenant_key(state, cycle, qk[0]) if fair else 0.0,
                                       queue[ptr][0], qk))
-    result.reservations = cycle.reservations
+    result.reservations = [h.reservation for h in cycle.holds]
     return result
-
-
-def _backfill_by_estimate(state: SchedulerState, qk: tuple, now: float,
-                          result: DecideResult, cycle: _Cycle) -> None:
-    """Start this queue's jobs that end before every overlapping shadow time, shortest first."""
-    by_est = state.queues_by_estimate[qk]
-    started = {s.job_id for s in result.starts}
-    for est, _key, jid in by_est:
-        if est == math.inf:
-            break
-        if jid in started:
-            continue
-        job = state.pending[jid]
-        if not _respects_reservations(job, now, cycle):
-            break  # sorted by estimate: no later job ends sooner
-        if _try_job(state, job, now, result, cycle) is not None:
-            break
 
 
 def _tenant_key(state: SchedulerState, cycle: _Cycle, tenant: str) -> float:
@@ -152,9 +145,8 @@ def _stop_expired(state: SchedulerState, now: float, result: DecideResult,
     for deadline, jid in state.deadlines:
         if deadline > now:
             break
-        run = state.running[jid]
         result.stops.append(StopJob(jid, StopReason.TIMEOUT))
-        _trial_release(state, run, cycle)
+        _trial_release(state, state.running[jid], cycle)
 
 
 def _trial_release(state: SchedulerState, run: RunningJob, cycle: _Cycle) -> None:
@@ -163,52 +155,73 @@ def _trial_release(state: SchedulerState, run: RunningJob, cycle: _Cycle) -> Non
     cycle.freed.add(run.id)
 
 
+def _blocked_key(state: SchedulerState, job: PendingJob) -> tuple:
+    """Jobs with equal keys fail alike. With preemption, who may be displaced depends on
+    the tenant, priority and attained service too, not on the shape alone."""
+    if state.policy.preempts:
+        return (job.shape, job.tenant, job.priority, las_level(job.attained_gpu_s))
+    return job.shape
+
+
 def _try_job(state: SchedulerState, job: PendingJob, now: float, result: DecideResult,
              cycle: _Cycle) -> PendingReason | None:
     """Start ``job`` in the trial if policy allows; else say why not."""
     policy = state.policy
-    shape = job.shape
-    if shape in cycle.blocked_shapes:
-        return PendingReason.WAITING_FOR_CAPACITY
+    bkey = _blocked_key(state, job)
+    known = cycle.blocked.get(bkey)
+    if known is not None:
+        return known
     borrowing = False
-    gpus = job.gpu_equivalents
     if policy.quotas:
         verdict = check_quota(state.quota(job.tenant), cycle.usage.get(job.tenant, 0.0),
-                              gpus, job.preemptible)
+                              job.gpu_equivalents, job.preemptible)
         if verdict == QuotaCheck.OVER:
             return PendingReason.OVER_QUOTA
         borrowing = verdict == QuotaCheck.BORROWING
-    if cycle.reservations and not _respects_reservations(job, now, cycle):
-        if _place(state, job) is not None:
-            return PendingReason.HELD_FOR_RESERVATION
-        cycle.blocked_shapes.add(shape)
-        return PendingReason.WAITING_FOR_CAPACITY
     placement = _place(state, job)
+    if placement is not None and cycle.unreserved and _reserve_pending(state, job, now, cycle):
+        placement = _place(state, job)  # again, around the GPUs now held
+    if placement is None and cycle.holds and _fits_without_holds(state, job, cycle):
+        placement = _place_in_holds(state, job, now, cycle)
+        if placement is None:
+            placement = _place_beside_reservations(state, job, now, cycle)
     if placement is None and policy.preempts:
         placement = _preempt_for(state, job, now, result, cycle, borrowing)
     if placement is None:
-        cycle.blocked_shapes.add(shape)
-        if not state.groups_for(job) or all(
-            not any(state.capacity.usable[n] for n in g.nodes) for _, g in state.groups_for(job)
-        ):
-            return PendingReason.NO_USABLE_NODES
-        return PendingReason.WAITING_FOR_CAPACITY
-    state.capacity.allocate(placement)
-    cycle.usage[job.tenant] = cycle.usage.get(job.tenant, 0.0) + gpus
-    result.starts.append(StartJob(job.id, placement, borrowing))
-    for r in cycle.reservations:
-        if r.models.intersection(job.models) and now + (job.estimate_s or math.inf) > r.shadow_s:
-            idx = cycle.reservations.index(r)
-            cycle.reservations[idx] = Reservation(r.job_id, r.models, r.shadow_s,
-                                                  r.extra_gpus - gpus)
+        reason = _why_not(state, job, cycle)
+        if reason is not PendingReason.HELD_FOR_RESERVATION:
+            cycle.blocked[bkey] = reason
+        return reason
+    _commit_start(state, job, placement, borrowing, result, cycle, now)
     return None
+
+
+def _commit_start(state: SchedulerState, job: PendingJob, placement: Placement, borrowing: bool,
+                  result: DecideResult, cycle: _Cycle, now: float) -> None:
+    state.capacity.allocate(placement)
+    cycle.usage[job.tenant] = cycle.usage.get(job.tenant, 0.0) + job.gpu_equivalents
+    result.starts.append(StartJob(job.id, placement, borrowing))
+    cycle.started.add(job.id)
+    end = now + job.estimate_s if job.estimate_s is not None else math.inf
+    bisect.insort(cycle.ends, (end, job.id, placement))
+
+
+def _why_not(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> PendingReason:
+    groups = state.groups_for(job)
+    cap = state.capacity
+    if not any(cap.usable[n] for _, g in groups for n in g.nodes):
+        return PendingReason.NO_USABLE_NODES
+    if cycle.holds and _fits_without_holds(state, job, cycle):
+        return PendingReason.HELD_FOR_RESERVATION
+    return PendingReason.WAITING_FOR_CAPACITY
 
 
 def _place(state: SchedulerState, job: PendingJob) -> Placement | None:
     cap = state.capacity
+    locality = state.policy.leaf_locality
     for model, g in state.groups_for(job):
         if job.whole is not None:
-            p = place_whole(cap, g, job.whole, job.exclude_nodes)
+            p = place_whole(cap, g, job.whole, job.exclude_nodes, locality)
         else:
             p = place_slice(cap, g, job.slices[model], job.exclude_nodes)
         if p is not None:
@@ -216,49 +229,182 @@ def _place(state: SchedulerState, job: PendingJob) -> Placement | None:
     return None
 
 
-def _respects_reservations(job: PendingJob, now: float, cycle: _Cycle) -> bool:
-    """EASY rule: end before the shadow time, or fit in the GPUs the head won't need."""
-    models = job.models
-    for r in cycle.reservations:
-        if not r.models.intersection(models):
-            continue
-        if job.estimate_s is not None and now + job.estimate_s <= r.shadow_s:
-            continue
-        if job.gpu_equivalents <= r.extra_gpus + 1e-9:
-            continue
-        return False
-    return True
+# --------------------------------------------------------------------------- reservations
+def _reserve_pending(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle) -> bool:
+    """Compute the reservations of blocked heads that ``job`` competes with; True if any."""
+    models = set(job.models)
+    due = [h for h in cycle.unreserved if models.intersection(h.models)]
+    for head in due:
+        cycle.unreserved.remove(head)
+        _reserve(state, head, now, cycle)
+    return bool(due)
 
 
-def _reserve(state: SchedulerState, job: PendingJob, now: float, result: DecideResult,
-             cycle: _Cycle) -> None:
+def _reserve(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle) -> None:
+    """Find the blocked job's shadow time and placement; hold the part that is free now."""
     models = frozenset(job.models)
-    if any(r.models & models for r in cycle.reservations):
-        return
-    free_now = sum(g.free_total for _, g in state.groups_for(job))
-    shadow, extra = state.shadow_time(models, job.gpu_equivalents, now, free_now)
-    cycle.reservations.append(Reservation(job.id, models, shadow, extra))
+    if job.whole is None or any(h.reservation.models & models for h in cycle.holds):
+        return  # one reservation per GPU-model set (EASY); sub-GPU jobs need none
+    shadow, placement, spare = _shadow(state, job, now, cycle)
+    hold = _Hold(Reservation(job.id, models, shadow, spare), (), job)
+    _hold(state, hold, placement)
+    cycle.holds.append(hold)
 
 
+def _hold(state: SchedulerState, hold: _Hold, placement: Placement | None) -> None:
+    held = tuple(g for g in placement.gpus if _gpu_free(state, g)) if placement else ()
+    if held:
+        state.capacity.allocate(Placement(gpus=held))
+    hold.gpus = held
+
+
+def _shadow(state: SchedulerState, job: PendingJob, now: float,
+            cycle: _Cycle) -> tuple[float, Placement | None, float]:
+    """Release running jobs (in the trial) in expected-end order until ``job`` fits.
+
+    Returns (shadow time, the placement it would get then, GPUs free then beyond
+    its need); (inf, None, 0) when jobs without estimates hold the GPUs it needs.
+    """
+    cap = state.capacity
+    models = frozenset(job.models)
+    mark = cap.mark()
+    free = sum(g.free_total for _, g in state.groups_for(job))
+    need = job.gpu_equivalents
+    result: tuple[float, Placement | None, float] = (math.inf, None, 0.0)
+    ends = heapq.merge(
+        ((end, jid, None) for end, jid in state.ends if jid not in cycle.freed),
+        ((end, jid, p) for end, jid, p in cycle.ends),
+    )
+    for end, jid, started_placement in ends:
+        if end == math.inf:
+            break
+        if started_placement is None:
+            run = state.running[jid]
+            if not models.intersection(run.models):
+                continue
+            released = run.placement
+        else:
+            released = started_placement
+        cap.release(released)
+        free += len(released.gpus)
+        if free >= need:
+            placement = _place(state, job)
+            if placement is not None:
+                result = (max(end, now), placement, free - need)
+                break
+    cap.rollback_to(mark)
+    return result
+
+
+def _place_beside_reservations(state: SchedulerState, job: PendingJob, now: float,
+                               cycle: _Cycle) -> Placement | None:
+    """EASY's second rule, checked exactly: a job may take held GPUs if, with it running,
+    every reservation it touches still gets its GPUs by the same shadow time."""
+    touched = [h for h in cycle.holds if h.gpus and h.reservation.models & set(job.models)]
+    if not touched or any(job.gpu_equivalents > h.reservation.extra_gpus + 1e-9 for h in touched):
+        return None
+    cap = state.capacity
+    mark = cap.mark()
+    for h in touched:
+        cap.release(Placement(gpus=h.gpus))
+    placement = _place(state, job)
+    if placement is not None:
+        cap.allocate(placement)
+        end = now + job.estimate_s if job.estimate_s is not None else math.inf
+        cycle.ends.append((end, job.id, placement))
+        cycle.ends.sort(key=lambda e: e[0])
+        redo = [(h, _shadow(state, h.job, now, cycle)) for h in touched]
+        cycle.ends.remove((end, job.id, placement))
+        if all(r[0] <= h.reservation.shadow_s for h, r in redo):
+            cap.release(placement)
+            for h, (_shadow_s, p, spare) in redo:
+                r = h.reservation
+                h.reservation = Reservation(r.job_id, r.models, r.shadow_s, spare)
+                _hold(state, h, p)
+            # the new holds exclude the job's GPUs: allocate them back for _commit_start
+            if all(_gpu_free(state, g) for g in placement.gpus):
+                return placement
+    cap.rollback_to(mark)
+    return None
+
+
+def _gpu_free(state: SchedulerState, gpu: int) -> bool:
+    cap = state.capacity
+    node = cap.topo.gpu_node[gpu]
+    return bool(cap.free_mask[node] >> (gpu - cap.topo.nodes[node].gpu_base) & 1)
+
+
+def _place_in_holds(state: SchedulerState, job: PendingJob, now: float,
+                    cycle: _Cycle) -> Placement | None:
+    """A job that ends before a reservation's shadow time may use the GPUs held for it."""
+    if job.estimate_s is None:
+        return None
+    cap = state.capacity
+    usable = [h for h in cycle.holds if h.gpus and h.reservation.models & set(job.models)
+              and now + job.estimate_s <= h.reservation.shadow_s]
+    if not usable:
+        return None
+    for h in usable:
+        cap.release(Placement(gpus=h.gpus))
+    placement = _place(state, job)
+    taken = set(placement.gpus) if placement is not None else set()
+    for h in usable:
+        h.gpus = tuple(g for g in h.gpus if g not in taken)
+        if h.gpus:
+            cap.allocate(Placement(gpus=h.gpus))
+    return placement
+
+
+def _fits_without_holds(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> bool:
+    cap = state.capacity
+    holds = [h for h in cycle.holds if h.gpus and h.reservation.models & set(job.models)]
+    if not holds:
+        return False
+    for h in holds:
+        cap.release(Placement(gpus=h.gpus))
+    fits = _place(state, job) is not None
+    for h in holds:
+        cap.allocate(Placement(gpus=h.gpus))
+    return fits
+
+
+def _backfill_short_jobs(state: SchedulerState, qk: tuple, now: float,
+                         result: DecideResult, cycle: _Cycle) -> None:
+    """The queue's head would delay a reservation; start its jobs that end in time, shortest
+    first (found through the by-estimate index, not by scanning the queue)."""
+    for est, _key, jid in state.queues_by_estimate[qk]:
+        if est == math.inf:
+            break
+        if jid in cycle.started:
+            continue
+        if not any(now + est <= h.reservation.shadow_s for h in cycle.holds if h.gpus):
+            break  # sorted by estimate: no later job ends sooner
+        job = state.pending[jid]
+        if _try_job(state, job, now, result, cycle) is not None:
+            break
+
+
+# --------------------------------------------------------------------------- preemption
 def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
              borrowing: bool) -> list[tuple[RunningJob, PreemptReason]]:
     """Running jobs ``job`` may displace, cheapest to lose first."""
     policy = state.policy
+    if not state.preemptible_by_priority:
+        return []
     models = set(job.models)
     quota = state.quota(job.tenant)
     within_guarantee = (not borrowing and policy.quotas
                         and cycle.usage.get(job.tenant, 0.0) + job.gpu_equivalents
                         <= quota.guaranteed_gpus + 1e-9)
+    could_reclaim = policy.preempt_for_quota and within_guarantee and state.preemptible_borrowing
+    could_outrank = policy.preempt_for_priority and min(state.preemptible_by_priority) < job.priority
+    if not (could_reclaim or could_outrank or policy.preempt_for_las):
+        return []
     job_level = las_level(job.attained_gpu_s)
     out: list[tuple[tuple, RunningJob, PreemptReason]] = []
     for run in state.running.values():
         if not run.preemptible or run.id in cycle.freed or not models.intersection(run.models):
             continue
-        if run.tenant != job.tenant:
-            budget = state.preemption_budget_left(run.tenant, now) - cycle.budget_used.get(
-                run.tenant, 0)
-            if budget <= 0:
-                continue
         reason = None
         if policy.preempt_for_quota and within_guarantee and run.borrowing \
                 and run.tenant != job.tenant:
@@ -270,36 +416,73 @@ def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
             if las_level(attained) > job_level:
                 reason = PreemptReason.LEAST_ATTAINED_SERVICE
         if reason is not None:
-            out.append(((run.priority, -run.start_s), run, reason))
+            out.append(((run.priority, -run.start_s, run.id), run, reason))
     out.sort(key=lambda t: t[0])
     return [(run, reason) for _, run, reason in out]
 
 
+def _budget_left(state: SchedulerState, tenant: str, now: float, cycle: _Cycle) -> int:
+    return state.preemption_budget_left(tenant, now) - cycle.budget_used.get(tenant, 0)
+
+
 def _preempt_for(state: SchedulerState, job: PendingJob, now: float, result: DecideResult,
                  cycle: _Cycle, borrowing: bool) -> Placement | None:
-    """Trial preemption: free victims one by one until ``job`` fits, else undo."""
+    """Trial preemption: free victims one by one until ``job`` fits, else undo.
+
+    Only victims whose GPUs the final placement uses are preempted; each
+    victim's tenant must have preemption budget left, counting this cycle.
+    """
     victims = _victims(state, job, now, cycle, borrowing)
     if not victims:
         return None
+    limit = state.policy.max_victims
     free = sum(g.free_total for _, g in state.groups_for(job))
-    if free + sum(r.gpu_equivalents for r, _ in victims[: state.policy.max_victims]) \
-            < job.gpu_equivalents:
+    if free + sum(r.gpu_equivalents for r, _ in victims[:limit]) < job.gpu_equivalents:
         return None
     cap = state.capacity
     mark = cap.mark()
-    usage_before = dict(cycle.usage)
+    charged: dict[str, int] = {}
     chosen: list[tuple[RunningJob, PreemptReason]] = []
-    for run, reason in victims[: state.policy.max_victims]:
-        _trial_release(state, run, cycle)
+    placement = None
+    for run, reason in victims:
+        if len(chosen) >= limit:
+            break
+        if run.tenant != job.tenant and \
+                _budget_left(state, run.tenant, now, cycle) - charged.get(run.tenant, 0) <= 0:
+            continue
+        cap.release(run.placement)
         chosen.append((run, reason))
+        charged[run.tenant] = charged.get(run.tenant, 0) + (run.tenant != job.tenant)
         placement = _place(state, job)
         if placement is not None:
-            for victim, why in chosen:
-                result.preemptions.append(PreemptJob(victim.id, why, job.id))
-                cycle.budget_used[victim.tenant] = cycle.budget_used.get(victim.tenant, 0) + 1
-            return placement
+            break
     cap.rollback_to(mark)
-    cycle.usage = usage_before
-    for run, _ in chosen:
-        cycle.freed.discard(run.id)
-    return None
+    if placement is None:
+        return None
+    used = set(placement.gpus) | {s.gpu for s in placement.slices}
+    for run, reason in chosen:
+        run_gpus = set(run.placement.gpus) | {s.gpu for s in run.placement.slices}
+        if run_gpus & used:
+            _trial_release(state, run, cycle)
+            result.preemptions.append(PreemptJob(run.id, reason, job.id))
+            if run.tenant != job.tenant:
+                cycle.budget_used[run.tenant] = cycle.budget_used.get(run.tenant, 0) + 1
+    if _place_is_valid(state, placement):
+        return placement
+    return _place(state, job)
+
+
+def _place_is_valid(state: SchedulerState, placement: Placement) -> bool:
+    """After releasing only the victims the placement uses, is every GPU it names free?"""
+    cap = state.capacity
+    for g in placement.gpus:
+        if not _gpu_free(state, g):
+            return False
+    for s in placement.slices:
+        cur = cap.slice_free.get(s.gpu)
+        if cur is None:
+            if not _gpu_free(state, s.gpu):
+                return False
+        elif cur[0] < s.compute or cur[1] < s.memory:
+            return False
+    return True

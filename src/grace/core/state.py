@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from grace.core.capacity import FreeCapacity, GroupIndex, Placement
@@ -49,7 +49,11 @@ class SchedulerState:
         self.usage: dict[str, TenantUsage] = {}
         self.ends: list[tuple[float, JobId]] = []
         self.deadlines: list[tuple[float, JobId]] = []
+        # what preemption could take, so decide skips the victim scan when nothing qualifies
+        self.preemptible_by_priority: Counter[int] = Counter()
+        self.preemptible_borrowing = 0
         self.groups_by_model: dict[str, list[GroupIndex]] = {}
+        self._groups_cache: dict[tuple, list[tuple[str, GroupIndex]]] = {}
         pool_order = {n.pool: i for i, n in reversed(list(enumerate(topo.nodes)))}
         for key in sorted(self.capacity.groups, key=lambda k: (pool_order[k[0]], k[1])):
             self.groups_by_model.setdefault(key[1], []).append(self.capacity.groups[key])
@@ -65,11 +69,16 @@ class SchedulerState:
         return u
 
     def groups_for(self, job: PendingJob) -> list[tuple[str, GroupIndex]]:
-        out = []
-        for m in job.models:
-            for g in self.groups_by_model.get(m, ()):
-                if job.pools is None or g.key[0] in job.pools:
-                    out.append((m, g))
+        """The (model, group) pairs a job may be placed in, in preference order (cached)."""
+        key = (job.models, job.pools)
+        out = self._groups_cache.get(key)
+        if out is None:
+            out = []
+            for m in job.models:
+                for g in self.groups_by_model.get(m, ()):
+                    if job.pools is None or g.key[0] in job.pools:
+                        out.append((m, g))
+            self._groups_cache[key] = out
         return out
 
     def _static_key(self, job: PendingJob) -> tuple:
@@ -117,6 +126,9 @@ class SchedulerState:
             limit_s=job.limit_s, attained_gpu_s=job.attained_gpu_s, job=job,
         )
         self.running[job.id] = run
+        if run.preemptible:
+            self.preemptible_by_priority[run.priority] += 1
+            self.preemptible_borrowing += run.borrowing
         self.tenant_usage(job.tenant).gpus += run.gpu_equivalents
         bisect.insort(self.ends, (run.expected_end_s, run.id))
         if run.limit_s:
@@ -126,6 +138,11 @@ class SchedulerState:
     def finish(self, job_id: JobId, now: float) -> RunningJob:
         """A running job ended (completed, failed, stopped): free its GPUs."""
         run = self.running.pop(job_id)
+        if run.preemptible:
+            self.preemptible_by_priority[run.priority] -= 1
+            if not self.preemptible_by_priority[run.priority]:
+                del self.preemptible_by_priority[run.priority]
+            self.preemptible_borrowing -= run.borrowing
         self.capacity.release(run.placement)
         self.tenant_usage(run.tenant).gpus -= run.gpu_equivalents
         i = bisect.bisect_left(self.ends, (run.expected_end_s, run.id))

@@ -4,7 +4,7 @@ Every loader returns a :class:`Trace`: jobs sorted by submission, times in
 seconds from the first submission, and a :class:`LoadReport` that counts the
 rows it skipped and why. A bad row never stops a load; a missing file or
 column raises ValueError. :func:`load_trace` picks a loader by format name,
-which is what the CLI's ``--trace-format`` needs.
+so a command line can take the format as a plain string.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def _check_roles(columns: dict[str, str]) -> None:
 
 
 def _gpus(text: str) -> int:
-    if "gpu" in text:  # Slurm TRES: the gres/gpu count, 0 if the job had none
+    if "=" in text:  # Slurm TRES: the gres/gpu count, 0 if the job had none
         m = _TRES_GPU.search(text)
         return gpu_count(m.group(1) if m else "0")
     return gpu_count(text)

@@ -15,6 +15,10 @@ guess from size, length and arrival pattern:
   within 60 s of the previous one (relabels experiments and fine-tunes);
 - ``experiment``: the rest (under an hour).
 
+Philly is bursty: the sweep rule labels 54,646 of the 82,247 jobs (66 %) as
+sweeps, yet they hold only ~7 % of the GPU-hours; full-runs (704 jobs) hold
+~56 %. Tighter windows shrink the sweep share (10 s: 31,630 jobs).
+
 The file is 82,247 rows; loading it takes a fraction of a second because rows
 go through ``csv.reader`` by column position and ``datetime.fromisoformat``.
 """

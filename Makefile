@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine (see README.md):
+#   make demo   - install into .venv and run Grace's main job on the sample cluster
+#   make test   - install into .venv and run the whole test suite (slow tests included)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/grace demo
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/scheduler.py
+	$(BIN)/python benchmarks/twin_philly.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache

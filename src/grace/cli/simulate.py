@@ -1,0 +1,151 @@
+"""``grace simulate`` and ``grace compare``: replay a trace through the policy engine."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from grace.core.policies import DEFAULT_POLICY, get_policy
+from grace.sim.metrics import SimResult
+from grace.sim.report import SUMMARY_FIELDS, fmt_value, write_html
+from grace.sim.runner import ReplayInput, load_input, replay
+from grace.spec.errors import SpecError
+
+console = Console()
+err = Console(stderr=True)
+
+ClusterOpt = typer.Option(..., "--cluster", help="cluster YAML (or, with --format openb, the node list CSV)")
+TraceOpt = typer.Option(..., "--trace", help="job trace file")
+FormatOpt = typer.Option("philly", "--format", help="philly | openb | csv | chronus | tiresias")
+ColumnsOpt = typer.Option(
+    None, "--columns", help="for --format csv: submit=COL,duration=COL,gpus=COL[,tenant=COL]")
+SeedOpt = typer.Option(0, "--seed", help="seed for every random choice in the run")
+QuotasOpt = typer.Option(None, "--quotas", help="tenant quotas: YAML, or CSV of tenant,size shares")
+JsonOpt = typer.Option(None, "--json", help="write the summary as JSON here")
+HtmlOpt = typer.Option(None, "--html", help="write a self-contained HTML report here")
+EstOpt = typer.Option(True, "--estimates/--no-estimates",
+                      help="give the scheduler each job's true duration as its runtime estimate")
+
+
+def _load(cluster: Path, trace: Path, fmt: str, columns: str | None) -> ReplayInput:
+    try:
+        inp = load_input(cluster, trace, fmt, columns)
+    except (SpecError, ValueError, OSError) as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+    rep = inp.trace.report
+    err.print(f"[dim]{rep.summary()}[/dim]")
+    return inp
+
+
+def _quotas(path: Path | None, inp: ReplayInput) -> dict | None:
+    if path is None:
+        return None
+    from grace.sim.quotas_file import load_quotas
+
+    try:
+        return load_quotas(path, inp.topo.total_gpus)
+    except SpecError as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+
+
+def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
+         estimates: bool) -> SimResult:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task(f"replaying with {policy}", total=1.0)
+        result = replay(inp, policy, seed, quotas, estimates,
+                        progress=lambda f: progress.update(task, completed=f))
+    return result
+
+
+def _table(results: dict[str, SimResult]) -> Table:
+    t = Table(title="Replay results")
+    t.add_column("metric")
+    for name in results:
+        t.add_column(name, justify="right")
+    for key, label, how in SUMMARY_FIELDS:
+        t.add_row(label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values()))
+    return t
+
+
+def _write_json(path: Path, payload: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_jsonable))
+    tmp.replace(path)
+
+
+def _jsonable(v: object) -> object:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return str(v)
+
+
+def _check_policy(name: str) -> None:
+    try:
+        get_policy(name)
+    except ValueError as e:
+        err.print(f"[red]error[/red] --policy: {e}")
+        raise typer.Exit(code=2) from e
+
+
+def simulate(
+    cluster: Path = ClusterOpt, trace: Path = TraceOpt, fmt: str = FormatOpt,
+    columns: str | None = ColumnsOpt,
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", help="queue policy (grace policies)"),
+    seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
+    html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+    no_departures: bool = typer.Option(
+        False, "--no-departures",
+        help="openb packing experiment: pods arrive in seeded random order and never leave"),
+) -> None:
+    """Replay a job trace on a cluster with one policy; print a table, write JSON/HTML."""
+    _check_policy(policy)
+    inp = _load(cluster, trace, fmt, columns)
+    if no_departures:
+        from grace.sim.packing import packing_experiment
+
+        summary = packing_experiment(inp, policy, seed)
+        console.print_json(data={k: v for k, v in summary.items() if k != "curve"})
+        if json_out:
+            _write_json(json_out, summary)
+        return
+    result = _run(inp, policy, seed, _quotas(quotas, inp), estimates)
+    console.print(_table({policy: result}))
+    if json_out:
+        _write_json(json_out, result.summary)
+    if html_out:
+        write_html({policy: result}, html_out, f"Grace twin: {inp.trace_path} on {inp.cluster_path}")
+        err.print(f"report: {html_out}")
+
+
+def compare(
+    cluster: Path = ClusterOpt, trace: Path = TraceOpt, fmt: str = FormatOpt,
+    columns: str | None = ColumnsOpt,
+    policies: str = typer.Option("fifo,easy-backfill,grace", "--policies",
+                                 help="comma-separated policy names"),
+    seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
+    html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+) -> None:
+    """Replay one trace under several policies and put them side by side."""
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for n in names:
+        _check_policy(n)
+    inp = _load(cluster, trace, fmt, columns)
+    q = _quotas(quotas, inp)
+    results = {n: _run(inp, n, seed, q, estimates) for n in names}
+    console.print(_table(results))
+    if json_out:
+        _write_json(json_out, {n: r.summary for n, r in results.items()})
+    if html_out:
+        write_html(results, html_out, f"Grace twin: {inp.trace_path} on {inp.cluster_path}")
+        err.print(f"report: {html_out}")
