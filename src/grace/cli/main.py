@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from grace.cli.catalog import gpus, policies
+from grace.cli.demo import demo
+from grace.cli.simulate import compare, simulate
 from grace.cli.validate import validate
 
 app = typer.Typer(
@@ -18,13 +20,9 @@ app.command()(validate)
 app.command()(gpus)
 app.command()(policies)
 
-try:  # the twin's commands; registered here so `grace --help` lists them
-    from grace.cli.simulate import compare, simulate
-
-    app.command()(simulate)
-    app.command()(compare)
-except ImportError:  # pragma: no cover - only while the twin is being built
-    pass
+app.command()(demo)
+app.command()(simulate)
+app.command()(compare)
 
 
 if __name__ == "__main__":

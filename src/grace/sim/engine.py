@@ -59,6 +59,53 @@ class SimConfig:
     restart_overhead_s: float = 0.0
 
 
+class TraceCompiler:
+    """Trace rows to PendingJobs without per-row pydantic (this runs 80,000 times).
+
+    Whole-GPU jobs keep a flexible shape; pods of GPU-sharing traces (``gpu_milli``)
+    become slices: thousandths of a GPU on a sharing cluster, or the smallest MIG
+    slice with at least that share of compute on a MIG cluster.
+    """
+
+    def __init__(self, topo: Topology, use_estimates: bool, single_node: bool = False) -> None:
+        self.topo = topo
+        self.use_estimates = use_estimates
+        self.single_node = single_node  # a pod cannot span nodes (Kubernetes)
+        self.models = sorted(topo.gpu_models, key=lambda m: (topo.catalog[m].usd_per_hour, m))
+        self.shareable = topo.shareable_models
+        self.max_node = max(n.gpus for n in topo.nodes)
+
+    def compile(self, tj: TraceJob, job_id: int,
+                exclude: frozenset[int] = frozenset()) -> PendingJob | None:
+        """The job, or None when no GPU model of this cluster can ever run it."""
+        topo = self.topo
+        models = tuple(m for m in self.models if tj.gpu_model in (None, m))
+        slices: dict[str, SliceRequest] = {}
+        whole: WholeRequest | None = None
+        if tj.gpu_milli is not None and tj.gpu_milli < 1000:
+            models = tuple(m for m in models if m in self.shareable)
+            if topo.slice_units == MIG_UNITS:
+                c = max(1, math.ceil(tj.gpu_milli * 7 / 1000))
+                req = SliceRequest(c, min(8, c + (c >= 3)), f"{c}g")
+            else:
+                req = SliceRequest(tj.gpu_milli, tj.gpu_milli)
+            slices = {m: req for m in models}
+            if not slices:
+                return None
+        else:
+            if tj.gpus > topo.total_gpus or (self.single_node and tj.gpus > self.max_node):
+                return None
+            whole = WholeRequest(tj.gpus, tj.gpus if self.single_node else None)
+        if not models:
+            return None
+        return PendingJob(
+            id=JobId(job_id), tenant=tj.tenant, submit_s=tj.submit_s, whole=whole, slices=slices,
+            models=models, priority=tj.priority, workload_class=tj.workload_class,
+            estimate_s=tj.duration_s if self.use_estimates else None,
+            preemptible=tj.preemptible, exclude_nodes=exclude,
+        )
+
+
 class Simulation:
     """One replay; ``run`` returns the metrics. Deterministic for a trace, config and seed."""
 
@@ -77,37 +124,12 @@ class Simulation:
 
     # ----------------------------------------------------------------- setup
     def _compile(self, jobs: list[TraceJob]) -> None:
-        """Trace rows to PendingJobs, without per-row pydantic: this runs 80k times."""
-        models_by_name = sorted(self.topo.gpu_models,
-                                key=lambda m: (self.topo.catalog[m].usd_per_hour, m))
-        total = self.topo.total_gpus
-        shareable = sorted(self.topo.shareable_models)
-        units = self.topo.slice_units
+        compiler = TraceCompiler(self.topo, self.config.use_estimates)
         for i, tj in enumerate(jobs):
-            models = tuple(m for m in models_by_name if tj.gpu_model in (None, m))
-            slices: dict[str, SliceRequest] = {}
-            whole: WholeRequest | None = None
-            if tj.gpu_milli is not None and tj.gpu_milli < 1000:
-                models = tuple(m for m in models if m in shareable)
-                if units == MIG_UNITS:
-                    c = max(1, math.ceil(tj.gpu_milli * 7 / 1000))
-                    req = SliceRequest(c, min(8, c + (c >= 3)), f"{c}g")
-                else:
-                    req = SliceRequest(tj.gpu_milli, tj.gpu_milli)
-                slices = {m: req for m in models}
-            else:
-                whole = WholeRequest(tj.gpus)
-            if not models or (whole and (whole.count > total)) or (
-                whole is None and not slices
-            ):
+            pj = compiler.compile(tj, i)
+            if pj is None:
                 self.unplaceable.append(tj)
                 continue
-            pj = PendingJob(
-                id=JobId(i), tenant=tj.tenant, submit_s=tj.submit_s, whole=whole, slices=slices,
-                models=models, priority=tj.priority, workload_class=tj.workload_class,
-                estimate_s=tj.duration_s if self.config.use_estimates else None,
-                preemptible=tj.preemptible,
-            )
             self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
 

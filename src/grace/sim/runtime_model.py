@@ -36,12 +36,13 @@ TIER_NODE, TIER_LEAF, TIER_POD, TIER_CLUSTER = 0, 1, 2, 3
 class RuntimeModel:
     """Per-cluster constants for stretching run times; build with ``for_topology``."""
 
-    tier_gbps: tuple[float, float, float, float]  # per GPU: nvlink, leaf, spine, pod
+    tier_gbps: tuple[float, float, float, float]  # per GPU: nvlink (slowest model), leaf, spine, pod
     gpus_per_node: int
     nodes_per_leaf: int
     leaves_per_pod: int
     reference_tflops: float
     model_tflops: dict[str, float]
+    model_nvlink_gbps: dict[str, float]
     comm_share_node: float = 0.10
     comm_share_multi: float = 0.20
 
@@ -67,6 +68,7 @@ class RuntimeModel:
             leaves_per_pod=max(len(v) for v in pods.values()),
             reference_tflops=topo.catalog[ref].bf16_tflops,
             model_tflops={m: topo.catalog[m].bf16_tflops for m in counts},
+            model_nvlink_gbps={m: max(topo.catalog[m].nvlink_gbps, nic) for m in counts},
         )
 
     def ideal_tier(self, gpus: int) -> int:
@@ -101,7 +103,11 @@ class RuntimeModel:
             return 1.0
         share = comm_share if comm_share is not None else (
             self.comm_share_node if ideal == TIER_NODE else self.comm_share_multi)
-        penalty = self.tier_gbps[ideal] / self.tier_gbps[actual]
+        ideal_bw = self.tier_gbps[ideal]
+        if ideal == TIER_NODE:
+            model = topo.nodes[topo.gpu_node[placement.gpus[0]]].gpu_model
+            ideal_bw = self.model_nvlink_gbps.get(model, ideal_bw)
+        penalty = ideal_bw / self.tier_gbps[actual]
         return 1.0 + share * (penalty - 1.0)
 
     def run_time(self, topo: Topology, placement: Placement, base_s: float,

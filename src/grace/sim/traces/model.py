@@ -30,6 +30,8 @@ class TraceJob:
     priority: int = 0
     preemptible: bool = True
     gpu_spec: str | None = None
+    cpu_milli: int = 0  # host CPU the job asks for, where the trace says (openb)
+    memory_mib: int = 0
 
 
 @dataclass

@@ -64,7 +64,7 @@ _QOS: dict[str, tuple[int, bool]] = {  # qos -> (priority, preemptible)
 }
 
 POD_REQUIRED = ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
-POD_OPTIONAL = ("gpu_spec", "qos")
+POD_OPTIONAL = ("gpu_spec", "qos", "cpu_milli", "memory_mib")
 NODE_REQUIRED = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 
@@ -86,6 +86,7 @@ def load_openb_pods(path: Path | str) -> Trace:
     seen: set[str] = set()
     with csv_table(path, POD_REQUIRED, POD_OPTIONAL) as (col, rows):
         i_spec, i_qos = col.get("gpu_spec"), col.get("qos")
+        i_cpu, i_mem = col.get("cpu_milli"), col.get("memory_mib")
         for row in rows:
             report.rows += 1
             try:
@@ -106,6 +107,8 @@ def load_openb_pods(path: Path | str) -> Trace:
                 duration = positive_duration(deleted - created)
                 spec = field(row, i_spec) if i_spec is not None else ""
                 qos = field(row, i_qos) if i_qos is not None else ""
+                cpu = int(finite(field(row, i_cpu), "cpu_milli")) if i_cpu is not None else 0
+                mem = int(finite(field(row, i_mem), "memory_mib")) if i_mem is not None else 0
             except RowError as e:
                 report.skip(e.reason)
                 continue
@@ -126,6 +129,8 @@ def load_openb_pods(path: Path | str) -> Trace:
                 "workload_class": classify(gpus, duration),
                 "priority": priority,
                 "preemptible": preemptible,
+                "cpu_milli": cpu,
+                "memory_mib": mem,
             })
     return finish(pending, report)
 

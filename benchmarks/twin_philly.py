@@ -1,0 +1,66 @@
+"""Replay the full Philly job list (82,247 jobs) on a cluster, once per policy.
+
+Each policy runs in its own process so its peak memory is its own. Prints one
+line per policy, then one JSON object on the last line with, per policy,
+``wall_s`` (load + replay), ``events_per_s`` (simulated events per wall second),
+``peak_rss_mb``, and the replay's headline figures.
+
+Run: ``python benchmarks/twin_philly.py [--cluster examples/clusters/philly-busy.yaml]
+[--policies fifo,easy-backfill,grace]``. Targets (issue 3): at most 60 s and 2 GiB
+per policy on philly-busy.yaml on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
+KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p99_queue_s", "avg_queue_s", "gpu_allocation",
+        "multi_leaf_share", "events", "events_per_s")
+
+
+def one(cluster: str, policy: str) -> dict:
+    from grace.sim.runner import load_input, replay
+
+    t0 = time.perf_counter()
+    inp = load_input(Path(cluster), TRACE, "philly", None)
+    result = replay(inp, policy)
+    wall = time.perf_counter() - t0
+    out = {k: result.summary[k] for k in KEYS}
+    out["wall_s"] = round(wall, 2)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cluster", default=str(ROOT / "examples/clusters/philly-busy.yaml"))
+    ap.add_argument("--policies", default="fifo,easy-backfill,grace")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(args.cluster, args.one)))
+        return
+    results = {}
+    for policy in args.policies.split(","):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--cluster", args.cluster, "--one", policy],
+            capture_output=True, text=True, check=True)
+        results[policy] = json.loads(proc.stdout.strip().splitlines()[-1])
+        r = results[policy]
+        print(f"{policy:14s} wall {r['wall_s']:6.1f} s  {r['events_per_s']:9.0f} events/s  "
+              f"peak {r['peak_rss_mb']:6.0f} MB  avg JCT {r['avg_jct_s'] / 3600:7.2f} h  "
+              f"p99 queue {r['p99_queue_s'] / 3600:7.2f} h", flush=True)
+    print(json.dumps({"benchmark": "twin_philly", "cluster": args.cluster, "trace": str(TRACE),
+                      "policies": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The whole Philly job list on the Philly-size clusters: the twin's headline claims.
+
+Slow (about a minute per policy): run in CI, skipped with ``-m "not slow"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grace.sim.runner import ReplayInput, load_input, replay
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def busy(traces_dir: Path) -> ReplayInput:
+    return load_input(REPO / "examples/clusters/philly-busy.yaml",
+                      traces_dir / "philly-pollux/philly.csv", "philly", None)
+
+
+@pytest.mark.slow
+def test_grace_beats_easy_backfill_and_fifo_on_philly_busy(busy: ReplayInput) -> None:
+    fifo = replay(busy, "fifo").summary
+    easy = replay(busy, "easy-backfill").summary
+    grace = replay(busy, "grace").summary
+    for s in (fifo, easy, grace):
+        assert s["jobs"] == 82_247
+        assert s["jobs_completed"] + s["jobs_unfinished"] + s["jobs_skipped"] == s["jobs"]
+        assert s["jobs_completed"] == 82_247
+    assert grace["avg_jct_s"] < easy["avg_jct_s"]
+    assert grace["p99_queue_s"] < easy["p99_queue_s"]
+    assert grace["avg_jct_s"] * 2 <= fifo["avg_jct_s"]
+    assert grace["multi_leaf_share"] <= easy["multi_leaf_share"]
