@@ -208,8 +208,8 @@ def snapshot(state: SchedulerState) -> tuple:
     cap = state.capacity
     groups = {
         key: (
-            g.free_total, [dict(b) for b in g.nodes_by_free], [dict(b) for b in g.share_by_free],
-            {leaf: [dict(b) for b in bs] for leaf, bs in g.leaf_buckets.items()},
+            g.free_total, [list(b) for b in g.nodes_by_free], [list(b) for b in g.share_by_free],
+            {leaf: [list(b) for b in bs] for leaf, bs in g.leaf_buckets.items()},
             {leaf: list(ge) for leaf, ge in g.leaf_ge.items()}, dict(g.leaf_free),
             dict(g.domain_free), list(g.partial),
         )

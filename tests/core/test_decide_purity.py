@@ -94,11 +94,6 @@ def test_applying_the_result_matches_what_decide_tried():
     check_index(state.capacity)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: FreeCapacity.rollback_to restores bucket contents but not their order: _set_mask "
-    "deletes a node from its nodes_by_free/leaf_buckets dict and re-inserts it at the end, and "
-    "_best_fit_node takes next(iter(bucket)); so each decide (even a dry run) rotates which of "
-    "several equally good nodes the next decide picks"))
 def test_decide_twice_picks_the_same_node():
     topo = make_cluster(nodes=3, gpus=1, nodes_per_leaf=4)
     state = make_state(topo)
@@ -110,9 +105,6 @@ def test_decide_twice_picks_the_same_node():
     assert first == second
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: same cause: after a decide, the order of nodes inside the capacity buckets differs "
-    "(state content is equal, iteration order is not)"))
 def test_decide_leaves_bucket_order_unchanged():
     topo = make_cluster(nodes=3, gpus=1, nodes_per_leaf=4)
     state = make_state(topo)
@@ -125,10 +117,6 @@ def test_decide_leaves_bucket_order_unchanged():
     assert [list(b) for b in group.nodes_by_free] == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (minor): SchedulerState.preemption_budget_left pops expired entries from "
-    "usage[tenant].preemption_times, and decide calls it, so decide mutates the state; a "
-    "what-if decide at a later time erases preemption history a later real cycle still needs"))
 def test_decide_does_not_drop_preemption_history():
     topo = make_cluster(nodes=1)
     state = make_state(topo, "priority")

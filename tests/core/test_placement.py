@@ -125,6 +125,48 @@ def test_16_gpu_job_lands_on_two_nodes_under_one_leaf_even_if_lower_ids_span_lea
     assert per_node_counts(topo, placement) == {2: 8, 3: 8}
 
 
+def _two_half_free_leaves(policy):
+    """Leaves of 2 nodes; each leaf has one whole node free and one with 7 of 8 GPUs free."""
+    topo = make_cluster(nodes=4, nodes_per_leaf=2)
+    state = make_state(topo, policy)
+    occupy(state, make_job(100, gpus=1), node_gpus(topo, 0, 1))
+    occupy(state, make_job(101, gpus=1), node_gpus(topo, 2, 1))
+    return topo, state
+
+
+def test_with_leaf_locality_a_gang_one_leaf_could_hold_waits_rather_than_span_two():
+    _topo, state = _two_half_free_leaves("grace")
+    assert state.policy.leaf_locality
+    job = make_job(1, gpus=16)
+    submit(state, job)
+
+    result = decide(state, 0)
+
+    assert result.starts == []
+    assert result.reason_for(job) is PendingReason.WAITING_FOR_CAPACITY
+
+
+def test_without_leaf_locality_the_gang_spans_two_leaves_on_whole_nodes():
+    topo, state = _two_half_free_leaves("easy-backfill")
+    assert not state.policy.leaf_locality
+    submit(state, make_job(1, gpus=16))
+
+    placement = started(decide(state, 0))[1]
+
+    assert per_node_counts(topo, placement) == {1: 8, 3: 8}
+
+
+def test_with_leaf_locality_a_gang_bigger_than_a_leaf_still_spans_leaves():
+    topo, state = _two_half_free_leaves("grace")
+    state.finish(100, 0)
+    state.finish(101, 0)
+    submit(state, make_job(1, gpus=24))  # 3 nodes; a leaf has 2
+
+    placement = started(decide(state, 0))[1]
+
+    assert len(placement.leaves(topo)) == 2
+
+
 def test_shaped_2_by_8_gang_prefers_one_leaf_too():
     topo = make_cluster(nodes=4, nodes_per_leaf=2)
     state = make_state(topo)

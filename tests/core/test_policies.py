@@ -346,10 +346,6 @@ def test_every_waiting_job_has_a_reason_and_only_started_jobs_have_none():
         assert (result.reason_for(job) is None) == (int(job.id) in starts)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: scheduler._place_in_holds re-holds every held GPU not in placement.gpus, ignoring "
-    "placement.slices, so a short sub-GPU job placed on a held MIG GPU makes _commit_start's "
-    "allocate fail with AssertionError 'slice on a GPU that is not free'"))
 def test_short_slice_job_may_backfill_onto_gpus_held_for_a_reservation():
     topo = make_cluster(nodes=1, mig=1)
     state = make_state(topo, "easy-backfill")

@@ -14,8 +14,10 @@ model of which GPUs and slices are in use:
 - each start is one complete gang: its exact GPU count (and per-node shape) or
   one slice, on one GPU model it accepts, in one pool, on usable, allowed nodes;
 - a gang that one node (or one leaf switch) could hold at that moment is put
-  on one node (one leaf);
-- preemptions are of preemptible jobs, for a job that starts, for a stated reason;
+  on one node (one leaf); under a policy with ``leaf_locality``, a gang no
+  bigger than a leaf never spans two;
+- preemptions are of preemptible jobs, for a job that starts and uses the victim's GPUs,
+  for a stated reason, within each victim tenant's preemptions-per-hour budget;
 - quotas: non-borrowing usage within the guarantee, all usage within guarantee
   plus borrow limit, and only preemptible jobs borrow;
 - every job left waiting has a reason; the capacity index matches the running jobs.
@@ -48,7 +50,7 @@ from grace.core.placement import WholeRequest
 
 from .builders import A100, H100, L40S, check_index, make_cluster, make_state, mig_request, snapshot
 
-EXAMPLES = int(os.environ.get("GRACE_PROPERTY_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("GRACE_PROPERTY_EXAMPLES", "200"))
 TENANTS = ("a", "b", "c")
 MIG_MODELS = {H100, A100}
 EPS = 1e-6
@@ -232,11 +234,15 @@ def _check_start(state: SchedulerState, led: Ledger, job: PendingJob, p: Placeme
     if (per_node is None and count <= group_max) or per_node == count:
         assert len(nodes) == 1, f"job {job.id} fits one node but got {per}"
         return
-    if any(r.extra_gpus > 0 and r.models & set(job.models) for r in reservations):
-        return  # GPUs held for a backfill reservation are not visible here: locality not judged
     shaped = per_node or group_max
     needed = -(-count // shaped)
     last = count - (needed - 1) * shaped
+    group = set(_group_nodes(topo, key))
+    leaf_size = max(sum(1 for n in leaf if n in group) for leaf in topo.leaf_nodes)
+    if state.policy.leaf_locality and needed <= leaf_size:
+        assert len(p.leaves(topo)) == 1, f"job {job.id} could fit one leaf but spans {per}"
+    if any(r.models & set(job.models) for r in reservations):
+        return  # GPUs held for a backfill reservation are not visible here: not judged
     for leaf_nodes in topo.leaf_nodes:
         here = [n for n in leaf_nodes if n in free]
         holds_all_but_one = sum(free[n] >= shaped for n in here) >= needed - 1
@@ -273,7 +279,17 @@ def _check_cycle(state: SchedulerState, result: DecideResult, now: float, usable
         elif p.reason is PreemptReason.QUOTA_RECLAIM:
             assert victim.borrowing and victim.tenant != job.tenant
         victims_of.setdefault(p.for_job, []).append(victim)
+        taken = set(started[p.for_job].placement.gpus) | {x.gpu for x in started[p.for_job].placement.slices}
+        held = set(victim.placement.gpus) | {x.gpu for x in victim.placement.slices}
+        assert taken & held, f"job {victim.id} preempted for job {p.for_job}, which uses none of its GPUs"
     assert len({p.job_id for p in result.preemptions}) == len(result.preemptions)
+    charged: dict[str, int] = {}
+    for p in result.preemptions:
+        victim_tenant = state.running[p.job_id].tenant
+        if victim_tenant != pending[p.for_job].tenant:
+            charged[victim_tenant] = charged.get(victim_tenant, 0) + 1
+    for tenant, n in charged.items():
+        assert n <= state.preemption_budget_left(tenant, now), f"{tenant}: {n} preemptions over budget"
 
     # replay the cycle in decide's own order on the independent ledger
     led = Ledger.of(state)

@@ -8,6 +8,7 @@ from grace.cli.catalog import gpus, policies
 from grace.cli.demo import demo
 from grace.cli.simulate import compare, simulate
 from grace.cli.validate import validate
+from grace.cli.whatif import whatif
 
 app = typer.Typer(
     name="grace",
@@ -23,6 +24,7 @@ app.command()(policies)
 app.command()(demo)
 app.command()(simulate)
 app.command()(compare)
+app.command()(whatif)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 for every (pool, GPU model) group:
 
 - usable nodes bucketed by their number of free whole GPUs, cluster-wide and
-  per leaf switch (best fit on a node is a walk up the buckets);
+  per leaf switch (best fit on a node is a walk up the buckets); each bucket is
+  a sorted list of node ids, so the same free state always gives the same
+  choice, whatever history led to it (``decide`` is repeatable);
 - per leaf, how many usable nodes have at least k free GPUs, for every k
   (a leaf's capacity for an n x g gang is one list lookup);
 - GPUs opened for slices (MIG or fractional sharing), sorted by their free
@@ -20,7 +22,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grace.core.topology import Topology
 
@@ -39,15 +41,21 @@ class Slice:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Which GPUs a job got: whole GPUs by global index, plus any slices."""
+    """Which GPUs a job got: whole GPUs by global index, plus any slices.
+
+    ``by_node`` (node, bitmask of its GPUs) is filled in by ``FreeCapacity`` the
+    first time it is needed, so allocating and releasing a 16,384-GPU gang again
+    and again (trial preemptions, shadow times) costs per node, not per GPU.
+    """
 
     gpus: tuple[int, ...] = ()
     slices: tuple[Slice, ...] = ()
+    by_node: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     def nodes(self, topo: Topology) -> list[int]:
-        seen: dict[int, None] = {}
-        for g in self.gpus:
-            seen[topo.gpu_node[g]] = None
+        if self.gpus and not self.by_node:
+            object.__setattr__(self, "by_node", _group_by_node(topo, self.gpus))
+        seen: dict[int, None] = {n: None for n, _ in self.by_node}
         for s in self.slices:
             seen[topo.gpu_node[s.gpu]] = None
         return list(seen)
@@ -58,6 +66,23 @@ class Placement:
 
     def leaves(self, topo: Topology) -> set[int]:
         return {topo.nodes[n].leaf for n in self.nodes(topo)}
+
+
+def _group_by_node(topo: Topology, gpus: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    by_node: dict[int, int] = {}
+    gpu_node = topo.gpu_node
+    nodes = topo.nodes
+    for gpu in gpus:
+        node = gpu_node[gpu]
+        by_node[node] = by_node.get(node, 0) | (1 << (gpu - nodes[node].gpu_base))
+    return tuple(by_node.items())
+
+
+def _remove(bucket: list[int], node: int) -> None:
+    del bucket[bisect.bisect_left(bucket, node)]
+
+
+insort = bisect.insort
 
 
 class GroupIndex:
@@ -76,12 +101,12 @@ class GroupIndex:
         self.nodes_per_leaf = 0
         self.domains: list[int] = []
         self.free_total = 0
-        self.nodes_by_free: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
-        self.leaf_buckets: dict[int, list[dict[int, None]]] = {}
+        self.nodes_by_free: list[list[int]] = [[] for _ in range(max_gpus + 1)]
+        self.leaf_buckets: dict[int, list[list[int]]] = {}
         self.leaf_ge: dict[int, list[int]] = {}
         self.leaf_free: dict[int, int] = {}
         self.domain_free: dict[int, int] = {}
-        self.share_by_free: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
+        self.share_by_free: list[list[int]] = [[] for _ in range(max_gpus + 1)]
         self.partial: list[tuple[int, int, int]] = []  # (free compute, free memory, gpu)
 
 
@@ -113,7 +138,7 @@ class FreeCapacity:
             if n.leaf not in g.leaf_ge:
                 g.leaves.append(n.leaf)
                 g.leaf_ge[n.leaf] = [0] * (g.max_gpus + 1)
-                g.leaf_buckets[n.leaf] = [{} for _ in range(g.max_gpus + 1)]
+                g.leaf_buckets[n.leaf] = [[] for _ in range(g.max_gpus + 1)]
                 g.leaf_free[n.leaf] = 0
             if n.domain not in g.domain_free:
                 g.domains.append(n.domain)
@@ -127,8 +152,8 @@ class FreeCapacity:
     def _index_add(self, node: int, count: int) -> None:
         g = self.node_group[node]
         info = self.topo.nodes[node]
-        g.nodes_by_free[count][node] = None
-        g.leaf_buckets[info.leaf][count][node] = None
+        insort(g.nodes_by_free[count], node)
+        insort(g.leaf_buckets[info.leaf][count], node)
         ge = g.leaf_ge[info.leaf]
         for k in range(count + 1):
             ge[k] += 1
@@ -136,20 +161,21 @@ class FreeCapacity:
         g.domain_free[info.domain] += count
         g.free_total += count
         if self.free_mask[node] & self.share_mask[node]:
-            g.share_by_free[count][node] = None
+            insort(g.share_by_free[count], node)
 
     def _index_remove(self, node: int, count: int) -> None:
         g = self.node_group[node]
         info = self.topo.nodes[node]
-        del g.nodes_by_free[count][node]
-        del g.leaf_buckets[info.leaf][count][node]
+        _remove(g.nodes_by_free[count], node)
+        _remove(g.leaf_buckets[info.leaf][count], node)
         ge = g.leaf_ge[info.leaf]
         for k in range(count + 1):
             ge[k] -= 1
         g.leaf_free[info.leaf] -= count
         g.domain_free[info.domain] -= count
         g.free_total -= count
-        g.share_by_free[count].pop(node, None)
+        if self.free_mask[node] & self.share_mask[node]:
+            _remove(g.share_by_free[count], node)
 
     def _set_mask(self, node: int, mask: int) -> None:
         old_mask = self.free_mask[node]
@@ -205,14 +231,15 @@ class FreeCapacity:
                 del g.partial[bisect.bisect_left(g.partial, (c, m, gpu))]
 
     # ------------------------------------------------------------------ allocate / release
+    def _by_node(self, placement: Placement) -> tuple[tuple[int, int], ...]:
+        if placement.gpus and not placement.by_node:
+            object.__setattr__(placement, "by_node", _group_by_node(self.topo, placement.gpus))
+        return placement.by_node
+
     def allocate(self, placement: Placement) -> None:
         """Mark a placement's GPUs and slices used. Caller guarantees they are free."""
         topo = self.topo
-        by_node: dict[int, int] = {}
-        for gpu in placement.gpus:
-            node = topo.gpu_node[gpu]
-            by_node[node] = by_node.get(node, 0) | (1 << (gpu - topo.nodes[node].gpu_base))
-        for node, bits in by_node.items():
+        for node, bits in self._by_node(placement):
             assert self.free_mask[node] & bits == bits, "GPU given twice"
             self._set_mask(node, self.free_mask[node] & ~bits)
         for s in placement.slices:
@@ -231,11 +258,7 @@ class FreeCapacity:
     def release(self, placement: Placement) -> None:
         """Give a placement's GPUs and slices back."""
         topo = self.topo
-        by_node: dict[int, int] = {}
-        for gpu in placement.gpus:
-            node = topo.gpu_node[gpu]
-            by_node[node] = by_node.get(node, 0) | (1 << (gpu - topo.nodes[node].gpu_base))
-        for node, bits in by_node.items():
+        for node, bits in self._by_node(placement):
             assert self.free_mask[node] & bits == 0, "released a GPU that was free"
             self._set_mask(node, self.free_mask[node] | bits)
         for s in placement.slices:

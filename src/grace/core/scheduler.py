@@ -204,6 +204,11 @@ def _commit_start(state: SchedulerState, job: PendingJob, placement: Placement, 
     cycle.started.add(job.id)
     end = now + job.estimate_s if job.estimate_s is not None else math.inf
     bisect.insort(cycle.ends, (end, job.id, placement))
+    for h in cycle.holds:  # GPUs still busy at a shadow time are no longer spare then
+        r = h.reservation
+        if end > r.shadow_s and r.models.intersection(job.models):
+            h.reservation = Reservation(r.job_id, r.models, r.shadow_s,
+                                        max(0.0, r.extra_gpus - job.gpu_equivalents))
 
 
 def _why_not(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> PendingReason:
@@ -319,10 +324,12 @@ def _place_beside_reservations(state: SchedulerState, job: PendingJob, now: floa
             cap.release(placement)
             for h, (_shadow_s, p, spare) in redo:
                 r = h.reservation
-                h.reservation = Reservation(r.job_id, r.models, r.shadow_s, spare)
+                # _commit_start will take the job's own GPUs off the spare count again
+                h.reservation = Reservation(r.job_id, r.models, r.shadow_s,
+                                            spare + job.gpu_equivalents)
                 _hold(state, h, p)
-            # the new holds exclude the job's GPUs: allocate them back for _commit_start
-            if all(_gpu_free(state, g) for g in placement.gpus):
+            # the new holds must have left the job's GPUs free for _commit_start
+            if _place_is_valid(state, placement):
                 return placement
     cap.rollback_to(mark)
     return None
@@ -347,7 +354,7 @@ def _place_in_holds(state: SchedulerState, job: PendingJob, now: float,
     for h in usable:
         cap.release(Placement(gpus=h.gpus))
     placement = _place(state, job)
-    taken = set(placement.gpus) if placement is not None else set()
+    taken = (set(placement.gpus) | {s.gpu for s in placement.slices}) if placement else set()
     for h in usable:
         h.gpus = tuple(g for g in h.gpus if g not in taken)
         if h.gpus:

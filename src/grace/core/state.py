@@ -163,13 +163,19 @@ class SchedulerState:
         return job
 
     def record_preemption(self, tenant: str, now: float) -> None:
-        self.tenant_usage(tenant).preemption_times.append(now)
-
-    def preemption_budget_left(self, tenant: str, now: float) -> int:
         times = self.tenant_usage(tenant).preemption_times
         while times and times[0] <= now - 3600.0:
-            times.popleft()
-        return self.quota(tenant).preemptions_per_hour - len(times)
+            times.popleft()  # pruned by the driver, never by decide
+        times.append(now)
+
+    def preemption_budget_left(self, tenant: str, now: float) -> int:
+        """Preemptions the tenant may still take in the hour up to ``now`` (read-only)."""
+        u = self.usage.get(tenant)
+        recent = 0
+        if u is not None:
+            times = u.preemption_times
+            recent = len(times) - bisect.bisect_right(times, now - 3600.0)
+        return self.quota(tenant).preemptions_per_hour - recent
 
     def set_node_usable(self, node: int, usable: bool) -> None:
         self.capacity.set_usable(node, usable)

@@ -15,15 +15,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
-from grace.core.jobs import JobId, PendingJob
+from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import SliceRequest, WholeRequest
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import TenantQuota
+from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, on_failure
 from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
 from grace.sim.events import EventKind, EventQueue
+from grace.sim.failures import FailureModel, NodeFailure, draw_failures
 from grace.sim.metrics import MetricsRecorder, SimResult
 from grace.sim.runtime_model import RuntimeModel
 from grace.sim.traces.model import TraceJob
@@ -46,6 +49,13 @@ class SimJob:
     leaves: int = 0
     min_leaves: int = 0
     nodes: int = 0
+    # the current attempt's plan: restart cost, slowdown, checkpoint interval and cost
+    plan: tuple[float, float, float, float] = (0.0, 1.0, math.inf, 0.0)
+    placed_nodes: tuple[int, ...] = ()
+    failures: int = 0
+    stalled: int = 0  # failures in a row without a new checkpoint
+    lost_gpu_s: float = 0.0  # restarts and recomputed work
+    checkpoint_gpu_s: float = 0.0
 
 
 @dataclass
@@ -57,6 +67,10 @@ class SimConfig:
     seed: int = 0
     use_estimates: bool = True  # give the scheduler each job's true duration as its estimate
     restart_overhead_s: float = 0.0
+    failures: FailureModel | None = None
+    restart_policy: RestartPolicy = field(
+        default_factory=lambda: RestartPolicy(exclude_failed_node=False))
+    until_s: float | None = None  # stop the clock here (what-if runs of one long job)
 
 
 class TraceCompiler:
@@ -120,7 +134,14 @@ class Simulation:
         self.unplaceable: list[TraceJob] = []
         self.progress = progress
         self.metrics = MetricsRecorder(topo)
+        self.node_jobs: dict[int, set[JobId]] = {}
+        self.lemons: frozenset[int] = frozenset()
         self._compile(jobs)
+        if config.failures is not None:
+            horizon = config.until_s or self._failure_horizon(jobs)
+            failures, self.lemons = draw_failures(topo, config.failures, horizon, config.seed)
+            for f in failures:
+                self.events.push(f.at_s, EventKind.NODE_FAIL, f)
 
     # ----------------------------------------------------------------- setup
     def _compile(self, jobs: list[TraceJob]) -> None:
@@ -133,18 +154,30 @@ class Simulation:
             self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
 
+    @staticmethod
+    def _failure_horizon(jobs: list[TraceJob]) -> float:
+        """Failures are drawn over twice the span of the trace: long enough to cover the
+        tail of queued work, and nodes keep failing only while jobs remain."""
+        end = max((j.submit_s + j.duration_s for j in jobs), default=0.0)
+        return 2.0 * end + 86_400.0
+
     # ----------------------------------------------------------------- loop
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         events = self.events
         state = self.state
         metrics = self.metrics
-        horizon = max((j.trace.submit_s for j in self.jobs.values()), default=0.0)
+        until = self.config.until_s
+        horizon = until or max((j.trace.submit_s for j in self.jobs.values()), default=0.0)
         n_events = 0
         last_progress = 0.0
         while len(events):
             now = events.peek_time()
             assert now is not None
+            if until is not None and now > until:
+                break
+            if self._all_done():
+                break
             metrics.advance(now, state)
             while len(events) and events.peek_time() == now:
                 _, kind, payload = events.pop()
@@ -155,8 +188,13 @@ class Simulation:
                     jid, attempt = payload
                     job = self.jobs[jid]
                     if job.attempt == attempt and job.outcome == "running":
-                        state.finish(jid, now)
+                        self._bank(job, now, complete=True)
+                        self._release(job, now)
                         self._ended(job, now, "completed")
+                elif kind == EventKind.NODE_FAIL:
+                    self._node_failed(payload, now)
+                elif kind == EventKind.NODE_RETURN:
+                    state.set_node_usable(payload, True)
             result = decide(state, now)
             if result.changed:
                 self._apply(result, now)
@@ -164,22 +202,124 @@ class Simulation:
             if self.progress and now - last_progress > horizon / 200:
                 last_progress = now
                 self.progress(min(now / horizon, 1.0) if horizon else 1.0)
+        end = until if until is not None else None
+        if end is not None:
+            metrics.advance(end, state)
+            for job in self.jobs.values():
+                if job.outcome == "running":
+                    self._bank(job, end, complete=False, partial=True)
         wall = time.perf_counter() - wall0
         return metrics.finish(self.jobs.values(), self.unplaceable, n_events, wall)
+
+    def _all_done(self) -> bool:
+        """With failures drawn far ahead, stop once every job has ended."""
+        return (self.config.failures is not None and self.metrics.ended == len(self.jobs)
+                and not self.state.pending)
+
+    # ----------------------------------------------------------------- attempts
+    def _plan(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
+        f = self.config.failures
+        if f is None:
+            return (self.config.restart_overhead_s if job.attempt else 0.0, slowdown, math.inf, 0.0)
+        gpus = max(job.pending.gpu_equivalents, 1e-3)
+        tau = choose_interval(gpus, f.checkpoint_s, f.restart_s, f.gpu_mtbf_h,
+                              f.checkpoint_interval_s).interval_s
+        return (f.restart_s if job.attempt else 0.0, slowdown, tau, f.checkpoint_s)
+
+    @staticmethod
+    def _attempt_wall(remaining_base_s: float, plan: tuple[float, float, float, float]) -> float:
+        restart, speed, tau, delta = plan
+        work = remaining_base_s * speed
+        checkpoints = math.floor(work / tau) if math.isfinite(tau) else 0
+        return restart + work + delta * checkpoints
+
+    def _bank(self, job: SimJob, now: float, complete: bool, partial: bool = False) -> float:
+        """Credit the work this attempt committed by ``now``; returns GPU-seconds lost."""
+        restart, speed, tau, delta = job.plan
+        gpus = job.pending.gpu_equivalents
+        elapsed = max(0.0, now - job.start_s)
+        if complete:
+            work_wall = job.remaining_base_s * speed
+            ckpts = math.floor(work_wall / tau) if math.isfinite(tau) else 0
+            job.checkpoint_gpu_s += ckpts * delta * gpus
+            job.remaining_base_s = 0.0
+            return 0.0
+        running = max(0.0, elapsed - restart)
+        if math.isfinite(tau):
+            segments = math.floor(running / (tau + delta))
+            banked_wall = segments * tau
+            in_flight = min(tau, running - segments * (tau + delta))
+        else:
+            segments, banked_wall, in_flight = 0, 0.0, running
+        if partial:  # the clock stopped: work in flight counts as done
+            banked_wall += in_flight
+            in_flight = 0.0
+        banked_wall = min(banked_wall, job.remaining_base_s * speed)
+        job.remaining_base_s = max(0.0, job.remaining_base_s - banked_wall / speed)
+        job.checkpoint_gpu_s += segments * delta * gpus
+        # a failure loses the restart and the work since the last checkpoint; a planned
+        # stop (preemption, end of the clock) only the restart
+        lost = min(elapsed, restart) if partial else elapsed - segments * (tau + delta)
+        return max(0.0, lost) * gpus
+
+    def _release(self, job: SimJob, now: float) -> RunningJob:
+        for n in job.placed_nodes:
+            self.node_jobs[n].discard(job.pending.id)
+        job.placed_nodes = ()
+        return self.state.finish(job.pending.id, now)
+
+    def _node_failed(self, failure: NodeFailure, now: float) -> None:
+        state = self.state
+        node = failure.node
+        if not state.capacity.usable[node]:
+            return  # already out for repair
+        self.metrics.node_failures += 1
+        victims = sorted(self.node_jobs.get(node, ()))
+        kind = FailureKind.NODE if failure.cause.drains_node else FailureKind.APPLICATION
+        if failure.cause.drains_node:
+            state.set_node_usable(node, False)
+            assert self.config.failures is not None
+            self.events.push(now + self.config.failures.repair_s, EventKind.NODE_RETURN, node)
+        for jid in victims:
+            self._job_failed(self.jobs[jid], node, kind, now)
+
+    def _job_failed(self, job: SimJob, node: int, kind: FailureKind, now: float) -> None:
+        before = job.remaining_base_s
+        lost = self._bank(job, now, complete=False)
+        progressed = job.remaining_base_s < before
+        run = self._release(job, now)
+        job.failures += 1
+        job.lost_gpu_s += lost
+        self.metrics.job_failures += 1
+        attempt = FailedAttempt(kind, node, now - job.start_s, first_attempt=job.attempt == 0,
+                                progressed=progressed,
+                                restarts_without_progress=job.stalled)
+        decision = on_failure(job.pending, attempt, self.config.restart_policy)
+        if decision.job is None:
+            self._ended(job, now, "failed")
+            return
+        job.stalled = 0 if progressed else job.stalled + (kind is not FailureKind.NODE)
+        job.attempt += 1
+        job.outcome = "pending"
+        job.pending = decision.job
+        if job.pending.estimate_s is not None:
+            job.pending.estimate_s = job.remaining_base_s
+        job.pending.attained_gpu_s = run.attained_gpu_s
+        self.state.submit(job.pending)
+        self.metrics.restarts += 1
 
     def _apply(self, result: DecideResult, now: float) -> None:
         state = self.state
         for stop in result.stops:
             job = self.jobs[stop.job_id]
-            state.finish(stop.job_id, now)
+            self._bank(job, now, complete=False)
+            self._release(job, now)
             self._ended(job, now, str(stop.reason))
         for p in result.preemptions:
             job = self.jobs[p.job_id]
-            run = state.finish(p.job_id, now)
+            self._bank(job, now, complete=False, partial=True)  # planned: it checkpoints first
+            run = self._release(job, now)
             state.record_preemption(run.tenant, now)
-            done = (now - job.start_s) / job.run_s if job.run_s > 0 else 1.0
-            job.remaining_base_s = max(0.0, job.remaining_base_s * (1.0 - done)) \
-                + self.config.restart_overhead_s
             job.attempt += 1
             job.preemptions += 1
             job.outcome = "pending"
@@ -191,12 +331,17 @@ class Simulation:
         for s in result.starts:
             job = self.jobs[s.job_id]
             state.start(s.job_id, s.placement, now, s.borrowing)
-            job.run_s = self.model.run_time(topo, s.placement, job.remaining_base_s)
+            nodes = s.placement.nodes(topo)
+            job.placed_nodes = tuple(nodes)
+            for n in nodes:
+                self.node_jobs.setdefault(n, set()).add(job.pending.id)
+            slowdown = self.model.run_time(topo, s.placement, 1.0)
+            job.plan = self._plan(job, slowdown)
+            job.run_s = self._attempt_wall(job.remaining_base_s, job.plan)
             job.start_s = now
             job.outcome = "running"
             if math.isnan(job.first_start_s):
                 job.first_start_s = now
-                nodes = s.placement.nodes(topo)
                 job.nodes = len(nodes)
                 if len(nodes) > 1:
                     job.leaves = len({topo.nodes[n].leaf for n in nodes})
@@ -211,3 +356,4 @@ class Simulation:
     def _ended(self, job: SimJob, now: float, outcome: str) -> None:
         job.end_s = now
         job.outcome = outcome
+        self.metrics.ended += 1

@@ -1,8 +1,8 @@
 """The event queue: one ordering key, (time, kind rank, sequence), so runs repeat exactly.
 
 Kinds are ranked so that at one instant, GPUs are freed before anything is
-placed: completions and stops first, then wake-ups (runtime limits), then
-arrivals. The sequence number breaks the remaining ties in the order events
+placed: completions first, then node failures and returns, then wake-ups
+(runtime limits), then arrivals. The sequence number breaks the remaining ties in the order events
 were scheduled, which is itself deterministic.
 """
 
@@ -15,8 +15,10 @@ from typing import Any
 
 class EventKind(IntEnum):
     COMPLETE = 0
-    WAKE = 1
-    ARRIVE = 2
+    NODE_FAIL = 1
+    NODE_RETURN = 2
+    WAKE = 3
+    ARRIVE = 4
 
 
 class EventQueue:

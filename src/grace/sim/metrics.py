@@ -51,6 +51,10 @@ class MetricsRecorder:
         self._frag = 0.0
         self._queue = 0
         self.preemptions = 0
+        self.ended = 0
+        self.node_failures = 0
+        self.job_failures = 0
+        self.restarts = 0
         self.series: dict[str, list[float]] = {"t_s": [], "allocated_gpus": [], "queued_jobs": []}
         self._sample_every = 0.0
 
@@ -91,7 +95,7 @@ class MetricsRecorder:
         makespan = (float(end.max()) - t0) if len(end) else 0.0
         span = (self.last_t or 0.0) - (self.first_t or 0.0)
         multi = [j for j in done if j.nodes > 1]
-        tenants = self._tenants(done)
+        tenants = self._tenants(done, jobs)
 
         def pct(a: np.ndarray, q: float) -> float:
             return float(np.percentile(a, q)) if len(a) else 0.0
@@ -100,6 +104,7 @@ class MetricsRecorder:
             "jobs": len(jobs),
             "jobs_completed": sum(1 for j in done if j.outcome == "completed"),
             "jobs_timed_out": sum(1 for j in done if j.outcome == "timeout"),
+            "jobs_failed": sum(1 for j in done if j.outcome == "failed"),
             "jobs_unfinished": len(jobs) - len(done),
             "jobs_skipped": len(unplaceable),
             "avg_jct_s": float(jct.mean()) if len(jct) else 0.0,
@@ -116,6 +121,11 @@ class MetricsRecorder:
             "multi_leaf_share": (sum(1 for j in multi if j.leaves > j.min_leaves) / len(multi))
             if multi else 0.0,
             "preemptions": self.preemptions,
+            "node_failures": self.node_failures,
+            "job_failures": self.job_failures,
+            "restarts": self.restarts,
+            "lost_gpu_hours": sum(j.lost_gpu_s for j in jobs) / 3600.0,
+            "checkpoint_gpu_hours": sum(j.checkpoint_gpu_s for j in jobs) / 3600.0,
             "events": events,
             "wall_s": wall_s,
             "events_per_s": events / wall_s if wall_s > 0 else 0.0,
@@ -123,13 +133,18 @@ class MetricsRecorder:
         return SimResult(summary, self.series, jct, queue, tenants)
 
     @staticmethod
-    def _tenants(done: list[SimJob]) -> dict[str, dict[str, float]]:
+    def _tenants(done: list[SimJob], jobs: list[SimJob]) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
+        for j in jobs:
+            t = out.setdefault(j.trace.tenant, {"jobs": 0, "gpu_hours": 0.0, "avg_queue_s": 0.0,
+                                                "restarts": 0, "lost_gpu_hours": 0.0})
+            t["restarts"] += j.failures
+            t["lost_gpu_hours"] += j.lost_gpu_s / 3600.0
         total = 0.0
         for j in done:
             gpus = j.pending.gpu_equivalents
             gh = gpus * j.trace.duration_s / 3600.0
-            t = out.setdefault(j.trace.tenant, {"jobs": 0, "gpu_hours": 0.0, "avg_queue_s": 0.0})
+            t = out[j.trace.tenant]
             t["jobs"] += 1
             t["gpu_hours"] += gh
             t["avg_queue_s"] += j.first_start_s - j.trace.submit_s
