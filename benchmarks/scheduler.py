@@ -49,7 +49,7 @@ def make_job(rng: random.Random, job_id: int, now: float, model: str) -> Pending
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--policy", default="easy-backfill")
+    ap.add_argument("--policy", default="grace")
     ap.add_argument("--cycles", type=int, default=3000)
     ap.add_argument("--pending", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=1)

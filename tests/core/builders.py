@@ -210,7 +210,7 @@ def snapshot(state: SchedulerState) -> tuple:
         key: (
             g.free_total, [list(b) for b in g.nodes_by_free], [list(b) for b in g.share_by_free],
             {leaf: [list(b) for b in bs] for leaf, bs in g.leaf_buckets.items()},
-            {leaf: list(ge) for leaf, ge in g.leaf_ge.items()}, dict(g.leaf_free),
+            {leaf: g.leaf_ge(leaf) for leaf in g.leaves}, dict(g.leaf_free),
             dict(g.domain_free), list(g.partial),
         )
         for key, g in cap.groups.items()

@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
 from grace.core.policies import DEFAULT_POLICY, get_policy
+from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
 from grace.sim.report import SUMMARY_FIELDS, fmt_value, write_html
 from grace.sim.runner import ReplayInput, load_input, replay
@@ -31,6 +33,15 @@ JsonOpt = typer.Option(None, "--json", help="write the summary as JSON here")
 HtmlOpt = typer.Option(None, "--html", help="write a self-contained HTML report here")
 EstOpt = typer.Option(True, "--estimates/--no-estimates",
                       help="give the scheduler each job's true duration as its runtime estimate")
+FailOpt = typer.Option(False, "--failures/--no-failures",
+                       help="inject node and job failures (Llama 3 rates unless --gpu-mtbf-h)")
+MtbfOpt = typer.Option(LLAMA3_GPU_MTBF_H, "--gpu-mtbf-h", min=1.0, help="per-GPU MTBF, hours")
+LemonOpt = typer.Option(0.012, "--lemon-share", min=0.0, max=1.0,
+                        help="share of nodes failing 10x as often (Meta HPCA'25: 1.2%)")
+
+
+def _failure_model(on: bool, mtbf: float, lemons: float) -> FailureModel | None:
+    return FailureModel(gpu_mtbf_h=mtbf, lemon_share=lemons) if on else None
 
 
 def _load(cluster: Path, trace: Path, fmt: str, columns: str | None) -> ReplayInput:
@@ -57,13 +68,13 @@ def _quotas(path: Path | None, inp: ReplayInput) -> dict | None:
 
 
 def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
-         estimates: bool) -> SimResult:
+         estimates: bool, failures: FailureModel | None = None) -> SimResult:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         task = progress.add_task(f"replaying with {policy}", total=1.0)
         result = replay(inp, policy, seed, quotas, estimates,
-                        progress=lambda f: progress.update(task, completed=f))
+                        progress=lambda f: progress.update(task, completed=f), failures=failures)
     return result
 
 
@@ -104,6 +115,7 @@ def simulate(
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", help="queue policy (grace policies)"),
     seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
     html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+    failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
@@ -119,7 +131,8 @@ def simulate(
         if json_out:
             _write_json(json_out, summary)
         return
-    result = _run(inp, policy, seed, _quotas(quotas, inp), estimates)
+    result = _run(inp, policy, seed, _quotas(quotas, inp), estimates,
+                  _failure_model(failures, gpu_mtbf_h, lemon_share))
     console.print(_table({policy: result}))
     if json_out:
         _write_json(json_out, result.summary)
@@ -135,6 +148,7 @@ def compare(
                                  help="comma-separated policy names"),
     seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
     html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+    failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
 ) -> None:
     """Replay one trace under several policies and put them side by side."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -142,7 +156,8 @@ def compare(
         _check_policy(n)
     inp = _load(cluster, trace, fmt, columns)
     q = _quotas(quotas, inp)
-    results = {n: _run(inp, n, seed, q, estimates) for n in names}
+    fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
+    results = {n: _run(inp, n, seed, q, estimates, fm) for n in names}
     console.print(_table(results))
     if json_out:
         _write_json(json_out, {n: r.summary for n, r in results.items()})

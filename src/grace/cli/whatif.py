@@ -32,7 +32,7 @@ def whatif(
                                      help="per-GPU MTBF (default: Llama 3's 16,384 x 54 d / 419)"),
     spare_nodes: int | None = typer.Option(None, "--spare-nodes", min=0,
                                            help="hot spare nodes (default 1% of the job's)"),
-    replicates: int = typer.Option(8, "--replicates", min=1, help="seeds per interval"),
+    replicates: int = typer.Option(4, "--replicates", min=1, help="seeds per interval"),
     seed: int = typer.Option(0, "--seed"),
     json_out: Path | None = typer.Option(None, "--json", help="write the result as JSON here"),
     html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),

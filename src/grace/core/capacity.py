@@ -83,13 +83,14 @@ def _remove(bucket: list[int], node: int) -> None:
 
 
 insort = bisect.insort
+bisect_left = bisect.bisect_left
 
 
 class GroupIndex:
     """Buckets of one (pool, model) group's usable nodes by free whole GPUs."""
 
     __slots__ = (
-        "domain_free", "domains", "free_total", "key", "leaf_buckets", "leaf_free", "leaf_ge",
+        "domain_free", "domains", "free_total", "key", "leaf_buckets", "leaf_free",
         "leaves", "max_gpus", "nodes", "nodes_by_free", "nodes_per_leaf", "partial", "share_by_free",
     )
 
@@ -103,11 +104,18 @@ class GroupIndex:
         self.free_total = 0
         self.nodes_by_free: list[list[int]] = [[] for _ in range(max_gpus + 1)]
         self.leaf_buckets: dict[int, list[list[int]]] = {}
-        self.leaf_ge: dict[int, list[int]] = {}
         self.leaf_free: dict[int, int] = {}
         self.domain_free: dict[int, int] = {}
         self.share_by_free: list[list[int]] = [[] for _ in range(max_gpus + 1)]
         self.partial: list[tuple[int, int, int]] = []  # (free compute, free memory, gpu)
+
+    def nodes_with_at_least(self, leaf: int, k: int) -> int:
+        """Usable nodes under ``leaf`` with at least ``k`` free GPUs."""
+        buckets = self.leaf_buckets[leaf]
+        return sum(len(buckets[i]) for i in range(k, self.max_gpus + 1))
+
+    def leaf_ge(self, leaf: int) -> list[int]:
+        return [self.nodes_with_at_least(leaf, k) for k in range(self.max_gpus + 1)]
 
 
 class FreeCapacity:
@@ -120,6 +128,8 @@ class FreeCapacity:
         self.free_count = [n.gpus for n in nodes]
         self.share_mask = [(1 << n.shareable_gpus) - 1 for n in nodes]
         self.usable = [True] * len(nodes)
+        self._leaf = [n.leaf for n in nodes]
+        self._domain = [n.domain for n in nodes]
         self.slice_free: dict[int, tuple[int, int]] = {}
         self.slice_count: dict[int, int] = {}
         self.groups: dict[GroupKey, GroupIndex] = {}
@@ -135,9 +145,8 @@ class FreeCapacity:
             g = self.groups[(n.pool, n.gpu_model)]
             self.node_group.append(g)
             g.nodes.append(n.index)
-            if n.leaf not in g.leaf_ge:
+            if n.leaf not in g.leaf_buckets:
                 g.leaves.append(n.leaf)
-                g.leaf_ge[n.leaf] = [0] * (g.max_gpus + 1)
                 g.leaf_buckets[n.leaf] = [[] for _ in range(g.max_gpus + 1)]
                 g.leaf_free[n.leaf] = 0
             if n.domain not in g.domain_free:
@@ -151,28 +160,24 @@ class FreeCapacity:
     # ------------------------------------------------------------------ index upkeep
     def _index_add(self, node: int, count: int) -> None:
         g = self.node_group[node]
-        info = self.topo.nodes[node]
+        leaf = self._leaf[node]
         insort(g.nodes_by_free[count], node)
-        insort(g.leaf_buckets[info.leaf][count], node)
-        ge = g.leaf_ge[info.leaf]
-        for k in range(count + 1):
-            ge[k] += 1
-        g.leaf_free[info.leaf] += count
-        g.domain_free[info.domain] += count
+        insort(g.leaf_buckets[leaf][count], node)
+        g.leaf_free[leaf] += count
+        g.domain_free[self._domain[node]] += count
         g.free_total += count
         if self.free_mask[node] & self.share_mask[node]:
             insort(g.share_by_free[count], node)
 
     def _index_remove(self, node: int, count: int) -> None:
         g = self.node_group[node]
-        info = self.topo.nodes[node]
-        _remove(g.nodes_by_free[count], node)
-        _remove(g.leaf_buckets[info.leaf][count], node)
-        ge = g.leaf_ge[info.leaf]
-        for k in range(count + 1):
-            ge[k] -= 1
-        g.leaf_free[info.leaf] -= count
-        g.domain_free[info.domain] -= count
+        leaf = self._leaf[node]
+        bucket = g.nodes_by_free[count]
+        del bucket[bisect_left(bucket, node)]
+        bucket = g.leaf_buckets[leaf][count]
+        del bucket[bisect_left(bucket, node)]
+        g.leaf_free[leaf] -= count
+        g.domain_free[self._domain[node]] -= count
         g.free_total -= count
         if self.free_mask[node] & self.share_mask[node]:
             _remove(g.share_by_free[count], node)
@@ -316,6 +321,8 @@ class FreeCapacity:
         """``count`` free GPU ids on ``node``; high indexes first keep shareable ones free."""
         info = self.topo.nodes[node]
         mask = self.free_mask[node]
+        if count == info.gpus and mask == (1 << count) - 1:
+            return list(range(info.gpu_base + count - 1, info.gpu_base - 1, -1))
         order = range(info.gpus - 1, -1, -1) if prefer_high else range(info.gpus)
         out = []
         for i in order:
@@ -341,7 +348,7 @@ class FreeCapacity:
                     for k in range(c + 1):
                         ge[k] += 1
                     free += c
-                assert ge == g.leaf_ge[leaf], (key, leaf, ge, g.leaf_ge[leaf])
+                assert ge == g.leaf_ge(leaf), (key, leaf, ge, g.leaf_ge(leaf))
                 assert free == g.leaf_free[leaf]
                 total += free
             assert total == g.free_total

@@ -137,7 +137,7 @@ def _best_fit_domain(
 
 def _leaf_capacity(cap: FreeCapacity, g: GroupIndex, leaf: int, per_node: int,
                    exclude: frozenset[int]) -> int:
-    n = g.leaf_ge[leaf][per_node]
+    n = g.nodes_with_at_least(leaf, per_node)
     if exclude and n:
         for node in exclude:
             if (cap.topo.nodes[node].leaf == leaf and cap.usable[node]

@@ -21,6 +21,8 @@ SUMMARY_FIELDS = (
     ("p99_queue_s", "p99 queue (h)", "h"), ("makespan_s", "makespan (d)", "d"),
     ("gpu_allocation", "GPU allocation", "%"), ("fragmentation", "fragmentation", "%"),
     ("multi_leaf_share", "multi-leaf share", "%"), ("preemptions", "preemptions", "{:,}"),
+    ("restarts", "restarts", "{:,}"), ("jobs_failed", "jobs given up", "{:,}"),
+    ("lost_gpu_hours", "GPU-h lost to failures", "{:,.0f}"),
     ("wall_s", "wall (s)", "{:.1f}"),
 )
 
@@ -78,11 +80,13 @@ def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
     for name, r in results.items():
         trs = "".join(
             f"<tr><td>{html.escape(t)}</td><td>{v['jobs']:,}</td><td>{v['gpu_hours']:,.0f}</td>"
-            f"<td>{100 * v['share_of_gpu_hours']:.1f}%</td><td>{v['avg_queue_s'] / 3600:.2f}</td></tr>"
+            f"<td>{100 * v['share_of_gpu_hours']:.1f}%</td><td>{v['avg_queue_s'] / 3600:.2f}</td>"
+            f"<td>{v['restarts']:,}</td><td>{v['lost_gpu_hours']:,.0f}</td></tr>"
             for t, v in sorted(r.tenants.items(), key=lambda kv: -kv[1]["gpu_hours"])
         )
         tenant_html += (f"<h3>{html.escape(name)}: tenants</h3><table><tr><th>tenant</th>"
-                        f"<th>jobs</th><th>GPU-h</th><th>share</th><th>avg queue (h)</th></tr>"
+                        f"<th>jobs</th><th>GPU-h</th><th>share</th><th>avg queue (h)</th>"
+                        f"<th>restarts</th><th>GPU-h lost to failures</th></tr>"
                         f"{trs}</table>")
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}")

@@ -15,6 +15,7 @@ from grace.core.policies import get_policy
 from grace.core.quotas import TenantQuota
 from grace.core.topology import Topology
 from grace.sim.engine import SimConfig, Simulation
+from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
 from grace.sim.traces.model import Trace
 
@@ -29,11 +30,12 @@ class ReplayInput:
 
 def replay(inp: ReplayInput, policy: str, seed: int = 0,
            quotas: dict[str, TenantQuota] | None = None, use_estimates: bool = True,
-           progress: Callable[[float], None] | None = None) -> SimResult:
+           progress: Callable[[float], None] | None = None,
+           failures: FailureModel | None = None) -> SimResult:
     """Run one policy over the trace; the summary carries the inputs it assumed."""
     t0 = time.perf_counter()
     config = SimConfig(policy=get_policy(policy), quotas=quotas or {}, seed=seed,
-                       use_estimates=use_estimates)
+                       use_estimates=use_estimates, failures=failures)
     sim = Simulation(inp.topo, inp.trace.jobs, config, progress=progress)
     horizon = max((j.submit_s for j in inp.trace.jobs), default=0.0)
     sim.metrics.set_horizon(max(horizon, 1.0))
@@ -51,6 +53,11 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
         "trace": inp.trace_path,
         "seed": seed,
         "estimates": "exact" if use_estimates else "none",
+        "failures": None if failures is None else {
+            "gpu_mtbf_h": failures.gpu_mtbf_h, "restart_s": failures.restart_s,
+            "checkpoint_s": failures.checkpoint_s, "repair_s": failures.repair_s,
+            "lemon_share": failures.lemon_share,
+            "checkpoint_interval": failures.checkpoint_interval_s or "auto"},
     }
     result.summary = header | s
     result.summary["tenants"] = result.tenants

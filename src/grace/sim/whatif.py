@@ -40,16 +40,19 @@ class WhatIfInput:
     gpus_per_node: int = 8
     gpu_model: str = "H100-SXM"
     spare_nodes: int | None = None  # None: 1% of the job's nodes, at least one
-    replicates: int = 8
+    replicates: int = 4
     seed: int = 0
 
 
 def _cluster(inp: WhatIfInput, spares: int) -> Topology:
-    nodes = -(-inp.gpus // inp.gpus_per_node) + spares
+    """The job's nodes plus spares on a 32-node-per-leaf fat tree; a job that fits one
+    leaf gets its spares under the same leaf, so a spare is a drop-in replacement."""
+    job_nodes = -(-inp.gpus // inp.gpus_per_node)
+    per_leaf = job_nodes + spares if job_nodes <= 32 else 32
     return Topology.from_spec(parse_cluster({
         "name": f"whatif-{inp.gpus}",
-        "node_groups": [{"name": "n", "count": nodes, "gpu": inp.gpu_model,
-                         "gpus_per_node": inp.gpus_per_node, "nodes_per_leaf": 32,
+        "node_groups": [{"name": "n", "count": job_nodes + spares, "gpu": inp.gpu_model,
+                         "gpus_per_node": inp.gpus_per_node, "nodes_per_leaf": per_leaf,
                          "leaves_per_pod": 16}]}))
 
 
