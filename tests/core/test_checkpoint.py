@@ -22,7 +22,7 @@ from grace.core.checkpoint import (
 def test_llama3_job_mtbf_is_about_three_hours():
     # 419 unexpected interruptions in 54 days on 16,384 GPUs: one every ~3.1 h
     assert job_mtbf_s(16_384) / 3600 == pytest.approx(54 * 24 / 419)
-    assert LLAMA3_GPU_MTBF_H == pytest.approx(50_676, rel=1e-3)
+    assert abs(LLAMA3_GPU_MTBF_H - 50_676) < 51
 
 
 def test_young_worked_example():

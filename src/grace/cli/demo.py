@@ -1,56 +1,134 @@
-"""``grace demo``: the README's first command.
+"""``grace demo``: the README's first command; the live control plane on its embedded default.
 
-Until the live control plane lands, Grace's main job on the embedded default is
-its digital twin: the Philly job list (82,247 real jobs) replayed on the
-Philly-size stress cluster under FIFO, Slurm-like EASY backfill and Grace's
-default policy, side by side, with an HTML report. Without the shared traces
-beside the checkout it replays a seeded synthetic trace instead.
+It starts ``grace up`` (SQLite, local backend, the lab cluster) on a free port,
+submits ``examples/jobs/demo.yaml`` (a 2-node x 2-GPU DDP job, a sweep, a
+fine-tune), shows their progress live, and ends with a summary: jobs, wait and
+run times, GPU-hours per tenant. Every job is real PyTorch distributed training
+(gloo on CPU). The server is stopped at the end; its state stays in --state-dir.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
+import httpx
 import typer
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-from grace.sim.report import write_html
-from grace.sim.runner import ReplayInput, load_input
+from grace.cli.client import jobs_table
+from grace.spec.loader import load_jobs
 
 console = Console()
 REPO = Path(__file__).resolve().parents[3]
-PHILLY = REPO.parent / "shared" / "traces" / "philly-pollux" / "philly.csv"
+ENDED = {"completed", "failed", "cancelled", "diverged"}
 
 
-def _input() -> ReplayInput:
-    cluster = REPO / "examples" / "clusters" / "philly-busy.yaml"
-    if PHILLY.exists():
-        return load_input(cluster, PHILLY, "philly", None)
-    from grace.sim.clusters import load_topology
-    from grace.sim.traces.synthetic import generate
-
-    topo = load_topology(cluster)
-    trace = generate(20_000, seed=1, cluster_gpus=topo.total_gpus, load=0.9)
-    return ReplayInput(topo, trace, str(cluster), "synthetic (20,000 jobs, seed 1)")
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def demo(
-    out: Path = typer.Option(Path("out"), "--out", help="where to write demo.json and demo.html"),
-    policies: str = typer.Option("fifo,easy-backfill,grace", "--policies"),
+    state_dir: Path = typer.Option(Path("out/demo"), "--state-dir",
+                                   help="where the demo's SQLite file, logs and checkpoints go"),
+    cluster: Path = typer.Option(REPO / "examples/clusters/lab.yaml", "--cluster"),
+    workload: Path = typer.Option(REPO / "examples/jobs/demo.yaml", "--jobs"),
+    timeout_s: float = typer.Option(170.0, "--timeout"),
 ) -> None:
-    """Replay a real cluster trace under three policies and compare them (the twin)."""
-    from grace.cli.simulate import _run, _table, _write_json
+    """Bring up Grace on SQLite with the local backend, run a sample workload, summarise it."""
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, GRACE_URL=url)
+    log = (state_dir / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "grace.cli.main", "up", "--cluster", str(cluster), "--port",
+         str(port), "--state-dir", str(state_dir)], cwd=REPO, env=env, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_up(url, server)
+        console.print(f"[bold]Grace[/bold] is up at {url} (SQLite in {state_dir}, cluster "
+                      f"{cluster.name})")
+        ids = []
+        for spec in load_jobs(workload):
+            r = httpx.post(f"{url}/jobs", json=spec.model_dump(mode="json", exclude_none=True))
+            r.raise_for_status()
+            ids.append(r.json()["id"])
+        console.print(f"submitted {len(ids)} jobs from {workload.name}")
+        rows = _follow(url, timeout_s)
+        _summary(rows)
+        failed = [r for r in rows if r["state"] != "completed"]
+        if failed:
+            console.print(f"[red]{len(failed)} job(s) did not complete[/red]; see "
+                          f"`grace logs ID` with GRACE_URL={url}, or {state_dir}/jobs/")
+            raise typer.Exit(code=1)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
 
-    inp = _input()
-    console.print(f"[bold]Grace twin[/bold]: {inp.trace_path} on {inp.cluster_path} "
-                  f"({inp.topo.total_gpus} GPUs, {len(inp.trace.jobs):,} jobs)")
-    results = {}
-    for name in [p.strip() for p in policies.split(",") if p.strip()]:
-        results[name] = _run(inp, name, 0, None, True)
-        s = results[name].summary
-        console.print(f"  {name:14s} avg JCT {s['avg_jct_s'] / 3600:7.2f} h   "
-                      f"p99 queue {s['p99_queue_s'] / 3600:7.2f} h   wall {s['wall_s']:.1f} s")
-    console.print(_table(results))
-    _write_json(out / "demo.json", {n: r.summary for n, r in results.items()})
-    write_html(results, out / "demo.html", f"Grace twin: {inp.trace_path}")
-    console.print(f"wrote {out / 'demo.json'} and {out / 'demo.html'}")
+
+def _wait_up(url: str, server: subprocess.Popen) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if server.poll() is not None:
+            raise typer.Exit(code=1)
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError("grace up did not answer within 60 s")
+
+
+def _follow(url: str, timeout_s: float) -> list[dict]:
+    deadline = time.time() + timeout_s
+    rows: list[dict] = []
+    with Live(console=console, refresh_per_second=2) as live:
+        while time.time() < deadline:
+            rows = httpx.get(f"{url}/jobs").json()
+            live.update(jobs_table(rows))
+            if rows and all(r["state"] in ENDED for r in rows):
+                break
+            time.sleep(1.0)
+    return rows
+
+
+def _summary(rows: list[dict]) -> None:
+    by_tenant: dict[str, float] = defaultdict(float)
+    waits, runs = [], []
+    for r in rows:
+        if r["started_at"]:
+            waits.append(r["started_at"] - r["submitted_at"])
+            end = r["ended_at"] or time.time()
+            runs.append(end - r["started_at"])
+            by_tenant[r["tenant"]] += r["gpus"] * (end - r["started_at"]) / 3600
+    states: dict[str, int] = defaultdict(int)
+    for r in rows:
+        states[r["state"]] += 1
+    console.print(f"jobs: {len(rows)} ({', '.join(f'{n} {s}' for s, n in states.items())})")
+    if waits:
+        console.print(f"wait: avg {sum(waits) / len(waits):.1f} s, max {max(waits):.1f} s; "
+                      f"run: avg {sum(runs) / len(runs):.1f} s, max {max(runs):.1f} s")
+    t = Table(title="GPU-hours per tenant")
+    t.add_column("tenant")
+    t.add_column("GPU-hours", justify="right")
+    for tenant, gh in sorted(by_tenant.items()):
+        t.add_row(tenant, f"{gh:.4f}")
+    console.print(t)

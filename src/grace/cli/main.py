@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from grace.cli.catalog import gpus, policies
+from grace.cli.client import cancel, drain, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
 from grace.cli.simulate import compare, simulate
+from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
 from grace.cli.whatif import whatif
 
@@ -22,6 +24,16 @@ app.command()(gpus)
 app.command()(policies)
 
 app.command()(demo)
+app.command(name="twin-demo")(twin_demo)
+app.command()(up)
+app.command()(submit)
+app.command()(jobs)
+app.command()(job)
+app.command()(logs)
+app.command()(cancel)
+app.command()(nodes)
+app.command()(drain)
+app.command()(resume)
 app.command()(simulate)
 app.command()(compare)
 app.command()(whatif)

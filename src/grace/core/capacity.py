@@ -135,6 +135,8 @@ class FreeCapacity:
         self.groups: dict[GroupKey, GroupIndex] = {}
         self.node_group: list[GroupIndex] = []
         self._log: list[tuple] | None = None
+        # nodes changed since a watcher (core.fragmentation) last looked; None: not watched
+        self.touched: set[int] | None = None
         max_by_key: dict[GroupKey, int] = {}
         for n in nodes:
             k = (n.pool, n.gpu_model)
@@ -186,6 +188,8 @@ class FreeCapacity:
         old_mask = self.free_mask[node]
         if self._log is not None:
             self._log.append(("mask", node, old_mask))
+        if self.touched is not None:
+            self.touched.add(node)
         usable = self.usable[node]
         if usable:
             self._index_remove(node, self.free_count[node])
@@ -199,6 +203,8 @@ class FreeCapacity:
         old = self.slice_free.get(gpu)
         if self._log is not None:
             self._log.append(("slice", gpu, old, self.slice_count.get(gpu, 0)))
+        if self.touched is not None:
+            self.touched.add(self.topo.gpu_node[gpu])
         indexed = self.usable[self.topo.gpu_node[gpu]]  # drained nodes are out of the index
         if old is not None:
             if indexed:
@@ -218,6 +224,8 @@ class FreeCapacity:
             return
         if self._log is not None:
             self._log.append(("usable", node, self.usable[node]))
+        if self.touched is not None:
+            self.touched.add(node)
         g = self.node_group[node]
         base = self.topo.nodes[node].gpu_base
         opened = [gpu for gpu in range(base, base + self.topo.nodes[node].gpus)

@@ -40,6 +40,10 @@ class PendingJob:
     restarts: int = 0
     shape: tuple = field(default=())
     pools: tuple[str, ...] | None = None
+    # host CPU and memory the job asks for, where known (0: unknown); fragmentation-aware
+    # packing scores with them, exclude_nodes decides whether a node may take the job
+    cpu_milli: int = 0
+    memory_mib: int = 0
 
     def __post_init__(self) -> None:
         if not self.shape:

@@ -53,6 +53,9 @@ class QueuePolicy:
     preempt_for_quota: bool = False
     preempt_for_las: bool = False
     leaf_locality: bool = False  # never span two leaves when one could hold the gang
+    # one-node jobs: "best-fit" (fullest node that holds them) or "fragmentation" (the node
+    # and GPU losing the least capacity usable by the requests seen, core.fragmentation)
+    packing: str = "best-fit"
     backfill_depth: int = 500  # like Slurm's bf_max_job_test
     max_victims: int = 16
 
@@ -87,7 +90,7 @@ POLICIES: dict[str, QueuePolicy] = {
         QueuePolicy("las", ("las", "submit"), preempt_for_las=True),
         QueuePolicy("grace", ("priority", "las", "size", "submit"), backfill=True,
                     quotas=True, fair_share=True, preempt_for_priority=True,
-                    preempt_for_quota=True, leaf_locality=True),
+                    preempt_for_quota=True, leaf_locality=True, packing="fragmentation"),
     ]
 }
 

@@ -224,6 +224,10 @@ def _why_not(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> PendingRe
 def _place(state: SchedulerState, job: PendingJob) -> Placement | None:
     cap = state.capacity
     locality = state.policy.leaf_locality
+    if state.packer is not None:  # one-node jobs: least fragmentation (core.fragmentation)
+        p = state.packer.place(job, state.groups_for(job))
+        if p is not None:
+            return p
     for model, g in state.groups_for(job):
         if job.whole is not None:
             p = place_whole(cap, g, job.whole, job.exclude_nodes, locality)

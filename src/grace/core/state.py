@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from grace.core.capacity import FreeCapacity, GroupIndex, Placement
 from grace.core.decisions import DecideResult
+from grace.core.fragmentation import FragmentationIndex
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import UNLIMITED, TenantQuota
@@ -40,6 +41,9 @@ class SchedulerState:
         self.topo = topo
         self.policy = policy
         self.capacity = FreeCapacity(topo)
+        # fragmentation-aware packing: the request mix and host use it scores with
+        self.packer = (FragmentationIndex(self.capacity)
+                       if policy.packing == "fragmentation" else None)
         self.quotas: dict[str, TenantQuota] = dict(quotas or {})
         self.pending: dict[JobId, PendingJob] = {}
         self.running: dict[JobId, RunningJob] = {}
@@ -90,6 +94,8 @@ class SchedulerState:
         if job.id in self.pending or job.id in self.running:
             raise ValueError(f"job {job.id} is already known to the scheduler")
         self.pending[job.id] = job
+        if self.packer is not None and not job.restarts:
+            self.packer.observe(job)
         qk = (job.tenant, job.shape)
         key = self._static_key(job)
         bisect.insort(self.queues.setdefault(qk, []), (key, job.id))
@@ -119,6 +125,8 @@ class SchedulerState:
               borrowing: bool = False) -> RunningJob:
         job = self.withdraw(job_id)
         self.capacity.allocate(placement)
+        if self.packer is not None:
+            self.packer.host_take(job, placement)
         run = RunningJob(
             id=job.id, tenant=job.tenant, placement=placement, start_s=now,
             gpu_equivalents=job.gpu_equivalents, models=job.models, priority=job.priority,
@@ -144,6 +152,8 @@ class SchedulerState:
                 del self.preemptible_by_priority[run.priority]
             self.preemptible_borrowing -= run.borrowing
         self.capacity.release(run.placement)
+        if self.packer is not None:
+            self.packer.host_give(run.id)
         self.tenant_usage(run.tenant).gpus -= run.gpu_equivalents
         i = bisect.bisect_left(self.ends, (run.expected_end_s, run.id))
         del self.ends[i]

@@ -117,6 +117,7 @@ class TraceCompiler:
             models=models, priority=tj.priority, workload_class=tj.workload_class,
             estimate_s=tj.duration_s if self.use_estimates else None,
             preemptible=tj.preemptible, exclude_nodes=exclude,
+            cpu_milli=tj.cpu_milli, memory_mib=tj.memory_mib,
         )
 
 

@@ -14,6 +14,7 @@ places jobs everywhere else.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,10 @@ def packing_experiment(inp: ReplayInput, policy: str, seed: int,
                        max_arrived: float = 1.3) -> dict[str, Any]:
     t0 = time.perf_counter()
     topo = inp.topo
-    state = SchedulerState(topo, get_policy(policy))
+    # no preemption: FGD's experiment has none, and a displaced pod would stay counted as
+    # allocated (and its host CPU as used) while it waits in the queue again
+    state = SchedulerState(topo, replace(get_policy(policy), preempt_for_priority=False,
+                                         preempt_for_quota=False, preempt_for_las=False))
     compiler = TraceCompiler(topo, use_estimates=False, single_node=True)
     pods = inp.trace.jobs
     rng = np.random.default_rng(seed)

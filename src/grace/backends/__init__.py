@@ -1,0 +1,1 @@
+"""Backends carry out placements: local processes, Slurm. Each is small; policy lives in core."""

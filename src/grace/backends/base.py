@@ -1,0 +1,89 @@
+"""The one interface every backend implements, and the values that cross it.
+
+A backend launches an attempt of a job on the nodes and GPUs ``core`` chose,
+reports what its attempts are doing, cancels them, and re-attaches to attempts
+that were running when the control plane restarted. Anything a backend cannot
+do it declares in ``capabilities`` so the control plane can check the wiring
+at start-up instead of failing mid-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from grace.spec.cluster import ClusterSpec
+
+
+class AttemptStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # exited non-zero or was killed by a signal it did not ask for
+    CANCELLED = "cancelled"  # ended because cancel() asked it to
+    LOST = "lost"  # the backend no longer knows it (processes gone, no exit status)
+
+
+@dataclass(frozen=True)
+class NodeAssignment:
+    """One node of a gang: its name and the local GPU indexes (slots) it gets."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one attempt of one job."""
+
+    job_id: int
+    attempt: int
+    name: str
+    command: tuple[str, ...]  # the training script and its arguments, run by torchrun
+    nodes: tuple[NodeAssignment, ...]
+    workdir: Path  # per-job directory: logs, checkpoints, exit status
+    env: dict[str, str] = field(default_factory=dict)
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a backend knows about one attempt right now."""
+
+    job_id: int
+    attempt: int
+    status: AttemptStatus
+    exit_code: int | None = None
+    detail: str = ""
+    failed_node: str | None = None  # the node whose rank failed first, when known
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    capabilities: frozenset[str]  # e.g. {"launch", "cancel", "adopt", "drain", "nvml"}
+
+    def inventory(self) -> ClusterSpec:
+        """The cluster this backend runs on."""
+        ...
+
+    def launch(self, spec: LaunchSpec) -> str:
+        """Start the attempt; returns a handle the store keeps to re-attach later."""
+        ...
+
+    def poll(self) -> list[Observation]:
+        """Status of every attempt this backend started or adopted and has not yet reported ended."""
+        ...
+
+    def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
+        """End the attempt's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+        ...
+
+    def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
+        """Re-attach to an attempt after a control-plane restart; False if it is gone."""
+        ...
+
+    def drain(self, node: str, reason: str) -> None:
+        """Tell the executing system a node is out (no-op for the local backend)."""
+        ...

@@ -1,0 +1,562 @@
+"""The local backend: a whole ClusterSpec played out on this one machine.
+
+Each node of a gang becomes its own ``torchrun`` agent, so a 2-node job really
+rendezvouses over loopback as two machines would over the network. A node's
+GPU ids go into ``CUDA_VISIBLE_DEVICES``; on a machine without GPUs they are
+just slots and the training script uses gloo. When NVML finds GPUs, the
+inventory is this machine's real GPUs instead of the spec (see ``nvml.py``).
+
+What one 2-node x 2-GPU attempt looks like (``ps -o pid,pgid,sid,cmd``)::
+
+    agent  python -m grace.backends.local_agent agent --node a100-00 -- ...  pgid=sid=A
+    └ torchrun  python -m torch.distributed.run --node-rank=0 ...            pgid=A
+      ├ rank shim  python -m grace.backends.local_agent rank -- cmd...        pgid=sid=R0
+      │ └ python examples/train_ddp.py ...                                     pgid=R0
+      └ rank shim (local rank 1) ...                                          pgid=sid=R1
+    agent  ... --node a100-01 ...                                             pgid=sid=B
+    └ ... the same, node-rank 1
+
+Every agent runs in a session of its own (``start_new_session``), so killing
+the control plane, even with SIGKILL, leaves the attempt running; torchrun in
+turn starts every worker in a session of its own, which is why cancellation
+does not stop at ``killpg`` of the agents: it also signals every process whose
+environment carries the attempt's ``GRACE_LOCAL_TOKEN`` (see ``local_agent``).
+
+On disk, under the job's ``workdir``::
+
+    attempt-<n>/launch.json          the handle, written before launch() returns
+    attempt-<n>/<node>.log           torchrun's output, with every rank's lines teed in
+    attempt-<n>/<node>.agent.json    the agent's pid and pgid, written as it starts
+    attempt-<n>/<node>.exit          torchrun's exit code (atomic), written as it ends
+    attempt-<n>/ranks/rank-<r>.exit  each rank's own exit code and end time
+    attempt-<n>/ranks/<node>/<job>-<n>_*/attempt_0/<local rank>/{stdout,stderr}.log
+    attempt-<n>/cancel.json          written by cancel() before it signals anything
+    checkpoints/                     $GRACE_CHECKPOINT_DIR, shared by all attempts
+
+Rendezvous is torchrun's *static* one (``--master-addr/--master-port`` with
+``--node-rank=i``), not c10d: static maps NodeAssignment ``i`` to group rank
+``i`` (c10d hands out ranks in arrival order), so node ``i``'s GPUs really hold
+ranks ``i*k .. i*k+k-1`` and a failed rank names the right node; it needs one
+port, hosted by node 0's agent, and no store election between two agents that
+both think they own 127.0.0.1. An attempt never restarts inside torchrun
+(``--max-restarts=0``): retries are the control plane's decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grace
+from grace.backends import local_agent
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.backends.local_agent import TOKEN_ENV, processes_with_token, read_json, write_json_atomic
+from grace.spec.cluster import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+#: Version of the handle's JSON layout; adopt() refuses handles of another version.
+HANDLE_VERSION = 1
+#: After one node fails (or vanishes), seconds the others get between SIGTERM and SIGKILL.
+TEARDOWN_GRACE_S = 5.0
+#: Lines of a node's log quoted in an Observation's detail.
+DETAIL_LINES = 20
+#: Variables of the control plane's own environment that must not leak into a gang.
+_SCRUB = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    TOKEN_ENV,
+)
+
+
+@dataclass
+class _Node:
+    name: str
+    index: int
+    gpus: tuple[int, ...]  # the CUDA ids given to this node's ranks
+    pid: int  # the agent's pid; its pgid too (it leads its own session)
+    proc: subprocess.Popen[bytes] | None = None  # only for agents this instance started
+
+
+@dataclass
+class _Attempt:
+    job_id: int
+    attempt: int
+    dir: Path
+    token: str
+    nodes: list[_Node]
+    handle: str
+    kill_at: float | None = None  # monotonic time to SIGKILL a gang being torn down
+
+
+def _free_port() -> int:
+    """A loopback port free right now (another process could still take it before torchrun)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = DETAIL_LINES, max_chars: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])[-max_chars:]
+
+
+def rank_logs(attempt_dir: Path) -> dict[str, dict[int, tuple[Path, Path]]]:
+    """``{node: {local_rank: (stdout.log, stderr.log)}}`` that torchrun wrote for an attempt."""
+    found: dict[str, dict[int, tuple[Path, Path]]] = {}
+    for out in sorted((attempt_dir / "ranks").glob("*/*/attempt_*/*/stdout.log")):
+        node = out.parents[3].name
+        found.setdefault(node, {})[int(out.parent.name)] = (out, out.with_name("stderr.log"))
+    return found
+
+
+class LocalBackend:
+    """Runs attempts as torchrun agents on this machine; survives control-plane restarts.
+
+    ``state_dir`` keeps one handle per launched attempt that has not been
+    reported ended (``recorded_handles``), so a control plane that died between
+    ``launch`` and saving the handle can still find it. ``cwd`` is where the
+    job's command runs (relative script paths resolve there): the control
+    plane's working directory unless given. ``use_nvml=False`` ignores NVML
+    even where it finds GPUs (tests use it to stay deterministic).
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        state_dir: Path,
+        *,
+        cwd: Path | None = None,
+        use_nvml: bool = True,
+    ) -> None:
+        self._state_dir = Path(state_dir)
+        (self._state_dir / "attempts").mkdir(parents=True, exist_ok=True)
+        self._cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._lock = threading.RLock()
+        self._inventory = cluster
+        self._slots: dict[str, tuple[int, ...]] = {}  # node -> slot-to-CUDA-id map (NVML only)
+        caps = {"launch", "cancel", "adopt", "poll"}
+        if use_nvml:
+            from grace.backends import nvml
+
+            gpus = nvml.probe()
+            if gpus:
+                self._inventory, self._slots = nvml.cluster_from_gpus(gpus)
+                caps.add("nvml")
+        self.capabilities: frozenset[str] = frozenset(caps)
+
+    # ------------------------------------------------------------------ protocol
+
+    def inventory(self) -> ClusterSpec:
+        """The spec given, or this machine's GPUs as NVML reports them."""
+        return self._inventory
+
+    def launch(self, spec: LaunchSpec) -> str:
+        """Start one detached torchrun agent per node; returns the JSON handle.
+
+        Idempotent per (job, attempt): launching an attempt that this or an
+        earlier control plane already started, and whose agents are still alive
+        or left exit records, adopts it and returns its handle instead of
+        starting a duplicate gang. A dead leftover without any record is moved
+        aside to ``attempt-<n>.stale-<time>`` and the attempt starts afresh.
+        """
+        if not spec.nodes:
+            raise ValueError(f"job {spec.job_id} attempt {spec.attempt}: no nodes assigned")
+        names = [n.node for n in spec.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"job {spec.job_id}: a node appears twice in {names}")
+        if not spec.command:
+            raise ValueError(f"job {spec.job_id}: no command to run")
+        key = (spec.job_id, spec.attempt)
+        with self._lock:
+            if key in self._attempts:
+                return self._attempts[key].handle
+            attempt_dir = Path(spec.workdir).resolve() / f"attempt-{spec.attempt}"
+            previous = read_json(attempt_dir / "launch.json")
+            if previous is not None:
+                old = json.dumps(previous, sort_keys=True)
+                if self.adopt(spec.job_id, spec.attempt, old):
+                    log.warning("job %s attempt %s already launched; adopted it", *key)
+                    return old
+            if attempt_dir.exists():
+                attempt_dir.rename(attempt_dir.with_name(f"{attempt_dir.name}.stale-{time.time():.0f}"))
+            return self._start(spec, attempt_dir)
+
+    def poll(self) -> list[Observation]:
+        """RUNNING for live attempts; each ended attempt reported exactly once, then forgotten."""
+        out: list[Observation] = []
+        with self._lock:
+            for key, a in list(self._attempts.items()):
+                obs = self._observe(a)
+                out.append(obs)
+                if obs.status is not AttemptStatus.RUNNING:
+                    del self._attempts[key]
+                    with contextlib.suppress(FileNotFoundError):
+                        self._registry(*key).unlink()
+        return out
+
+    def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
+        """SIGTERM every process of the attempt, SIGKILL what is left after ``grace_s``.
+
+        Returns once no process of the attempt remains. The ``cancel.json``
+        marker written first makes the outcome CANCELLED even if the control
+        plane dies mid-cancel. Unknown or already-ended attempts are left alone.
+        """
+        with self._lock:
+            a = self._attempts.get((job_id, attempt))
+            if a is None:
+                return
+            if all(self._node_state(a, n)[0] == "exited" for n in a.nodes):
+                return  # it ended on its own; poll() reports how
+            write_json_atomic(a.dir / "cancel.json", {"at": time.time(), "grace_s": grace_s})
+            self._signal_all(a, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self._any_alive(a):
+            time.sleep(0.1)
+        with self._lock:
+            for _ in range(50):
+                if not self._any_alive(a):
+                    break
+                self._signal_all(a, signal.SIGKILL)
+                time.sleep(0.1)
+            else:
+                log.error("job %s attempt %s: processes survive SIGKILL", job_id, attempt)
+
+    def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
+        """Watch an attempt started by an earlier control plane; False if it is gone.
+
+        Gone means no agent alive (pid present *and* running this attempt's
+        agent, so a reused pid is not mistaken for it), no exit record and no
+        cancel marker: it then has no outcome to report and the caller should
+        treat it as LOST. Any stray worker of it is killed.
+        """
+        try:
+            data = json.loads(handle)
+            if data.get("v") != HANDLE_VERSION or data.get("backend") != self.name:
+                raise ValueError(f"not a local backend handle (v{data.get('v')})")
+            if (data["job_id"], data["attempt"]) != (job_id, attempt):
+                raise ValueError(f"handle is for job {data['job_id']} attempt {data['attempt']}")
+            a = _Attempt(
+                job_id=job_id,
+                attempt=attempt,
+                dir=Path(data["dir"]),
+                token=str(data["token"]),
+                nodes=[
+                    _Node(n["node"], int(n["index"]), tuple(n["gpus"]), int(n["pid"])) for n in data["nodes"]
+                ],
+                handle=handle,
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"job {job_id} attempt {attempt}: bad handle: {e}") from e
+        with self._lock:
+            if (job_id, attempt) in self._attempts:
+                return True
+            states = [self._node_state(a, n)[0] for n in a.nodes]
+            if all(s == "gone" for s in states) and not (a.dir / "cancel.json").exists():
+                self._kill_strays(a)
+                with contextlib.suppress(FileNotFoundError):
+                    self._registry(job_id, attempt).unlink()
+                return False
+            self._attempts[(job_id, attempt)] = a
+            return True
+
+    def drain(self, node: str, reason: str) -> None:
+        """Nothing to tell: the local machine has no scheduler of its own."""
+        log.info("drain %s (%s): no-op on the local backend", node, reason)
+
+    # ------------------------------------------------------------------ extras
+
+    def recorded_handles(self) -> dict[tuple[int, int], str]:
+        """Handles of attempts launched from this state_dir and not yet reported ended."""
+        found: dict[tuple[int, int], str] = {}
+        for path in (self._state_dir / "attempts").glob("*.json"):
+            data = read_json(path)
+            if data is not None:
+                found[(int(data["job_id"]), int(data["attempt"]))] = json.dumps(data, sort_keys=True)
+        return found
+
+    # ------------------------------------------------------------------ internals
+
+    def _registry(self, job_id: int, attempt: int) -> Path:
+        return self._state_dir / "attempts" / f"{job_id}-{attempt}.json"
+
+    def _cuda_ids(self, node: str, slots: tuple[int, ...]) -> tuple[int, ...]:
+        """Slots -> CUDA ids: identity on a spec cluster, NVML indexes on a real one."""
+        real = self._slots.get(node)
+        return tuple(real[s] for s in slots) if real is not None else slots
+
+    def _command(self, command: tuple[str, ...]) -> list[str]:
+        """``python`` means this interpreter, so jobs run in the control plane's environment."""
+        cmd = list(command)
+        if cmd[0] in ("python", "python3"):
+            cmd[0] = sys.executable
+        return cmd
+
+    def _env(self, spec: LaunchSpec, i: int, gpus: tuple[int, ...], token: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("TORCHELASTIC_")}
+        env.update(spec.env)
+        workdir = Path(spec.workdir).resolve()
+        src = str(Path(grace.__file__).resolve().parent.parent)
+        env.update(
+            CUDA_VISIBLE_DEVICES=",".join(str(g) for g in gpus),
+            GRACE_JOB_ID=str(spec.job_id),
+            GRACE_ATTEMPT=str(spec.attempt),
+            GRACE_NODE=spec.nodes[i].node,
+            GRACE_WORKDIR=str(workdir),
+            GRACE_CHECKPOINT_DIR=str(workdir / "checkpoints"),
+            PYTHONPATH=os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
+        )
+        env[TOKEN_ENV] = f"{token}:{i}"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA ids == NVML indexes
+        return env
+
+    def _start(self, spec: LaunchSpec, attempt_dir: Path) -> str:
+        workdir = Path(spec.workdir).resolve()
+        (attempt_dir / "ranks").mkdir(parents=True)
+        (workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        port, token = _free_port(), uuid.uuid4().hex[:16]
+        rank_cmd = [
+            sys.executable,
+            "-m",
+            local_agent.__name__,
+            "rank",
+            "--attempt-dir",
+            str(attempt_dir),
+            "--",
+            *self._command(spec.command),
+        ]
+        nodes: list[_Node] = []
+        try:
+            for i, assignment in enumerate(spec.nodes):
+                gpus = self._cuda_ids(assignment.node, assignment.gpus)
+                torchrun = [
+                    sys.executable, "-m", "torch.distributed.run",
+                    f"--nnodes={len(spec.nodes)}", f"--node-rank={i}",
+                    f"--nproc-per-node={max(1, len(gpus))}",
+                    "--rdzv-backend=static", "--master-addr=127.0.0.1", f"--master-port={port}",
+                    f"--rdzv-id={spec.job_id}-{spec.attempt}", "--max-restarts=0",
+                    f"--log-dir={attempt_dir / 'ranks' / assignment.node}", "--tee=3",
+                    "--no-python", "--", *rank_cmd,
+                ]  # fmt: skip
+                agent = [
+                    sys.executable,
+                    "-m",
+                    local_agent.__name__,
+                    "agent",
+                    "--attempt-dir",
+                    str(attempt_dir),
+                    "--node",
+                    assignment.node,
+                ]
+                if spec.time_limit_s is not None:
+                    agent.append(f"--time-limit={spec.time_limit_s}")
+                with open(attempt_dir / f"{assignment.node}.log", "ab") as node_log:
+                    proc = subprocess.Popen(
+                        [*agent, "--", *torchrun],
+                        cwd=self._cwd,
+                        env=self._env(spec, i, gpus, token),
+                        stdin=subprocess.DEVNULL,
+                        stdout=node_log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # outlives the control plane; killpg ends the agent
+                    )
+                nodes.append(_Node(assignment.node, i, gpus, proc.pid, proc))
+        except OSError:
+            for n in nodes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(n.pid, signal.SIGKILL)
+            raise
+        data = {
+            "v": HANDLE_VERSION,
+            "backend": self.name,
+            "job_id": spec.job_id,
+            "attempt": spec.attempt,
+            "dir": str(attempt_dir),
+            "token": token,
+            "port": port,
+            "nodes": [
+                {"node": n.name, "index": n.index, "gpus": list(n.gpus), "pid": n.pid, "pgid": n.pid}
+                for n in nodes
+            ],
+        }
+        handle = json.dumps(data, sort_keys=True)
+        write_json_atomic(attempt_dir / "launch.json", data)
+        write_json_atomic(self._registry(spec.job_id, spec.attempt), data)
+        self._attempts[(spec.job_id, spec.attempt)] = _Attempt(
+            spec.job_id, spec.attempt, attempt_dir, token, nodes, handle
+        )
+        log.info("job %s attempt %s: %d agents started, port %d", spec.job_id, spec.attempt, len(nodes), port)
+        return handle
+
+    def _agent_alive(self, a: _Attempt, n: _Node) -> bool:
+        """Is node ``n``'s agent still running? Reaps our own children; checks cmdline for adopted ones."""
+        if n.proc is not None:
+            return n.proc.poll() is None
+        try:
+            cmdline = Path(f"/proc/{n.pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError:  # no /proc (not Linux): trust the pid alone
+            try:
+                os.kill(n.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        args = cmdline.split(b"\0")  # empty for a zombie
+        return (
+            local_agent.__name__.encode() in args and str(a.dir).encode() in args and n.name.encode() in args
+        )
+
+    def _node_state(self, a: _Attempt, n: _Node) -> tuple[str, dict[str, Any] | None]:
+        """("exited", record) | ("running", None) | ("gone", None): gone = dead without a record.
+
+        The record is read again after the liveness check because the agent
+        writes it *before* exiting: dead and still no record means none is coming.
+        """
+        path = a.dir / f"{n.name}.exit"
+        record = read_json(path)
+        if record is not None:
+            return "exited", record
+        if self._agent_alive(a, n):
+            return "running", None
+        record = read_json(path)
+        return ("exited", record) if record is not None else ("gone", None)
+
+    def _any_alive(self, a: _Attempt) -> bool:
+        with self._lock:
+            if any(self._agent_alive(a, n) for n in a.nodes):
+                return True
+        return bool(processes_with_token(a.token))
+
+    def _signal_all(self, a: _Attempt, sig: int) -> None:
+        """Signal every live agent's group and every process carrying the attempt's token."""
+        pgids = {n.pid for n in a.nodes if self._agent_alive(a, n)}
+        pgids.update(processes_with_token(a.token).values())
+        local_agent.signal_groups(pgids, sig)
+        if sig == signal.SIGKILL:  # a process that left its group still carries the token
+            for pid in processes_with_token(a.token):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def _kill_strays(self, a: _Attempt) -> None:
+        """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest."""
+        for _ in range(20):
+            if not processes_with_token(a.token):
+                return
+            self._signal_all(a, signal.SIGKILL)
+            time.sleep(0.05)
+
+    def _tear_down(self, a: _Attempt) -> None:
+        """End the nodes still running after another failed: SIGTERM now, SIGKILL later polls."""
+        now = time.monotonic()
+        if a.kill_at is None:
+            a.kill_at = now + TEARDOWN_GRACE_S
+            self._signal_all(a, signal.SIGTERM)
+        elif now >= a.kill_at:
+            self._signal_all(a, signal.SIGKILL)
+
+    def _first_failure(self, a: _Attempt, exits: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """The earliest non-zero exit: a time-limit stop, else a rank, else a node's torchrun."""
+        for name, rec in exits.items():
+            if rec.get("reason") == "time_limit":
+                return {"node": name, "exit_code": rec.get("exit_code"), "why": "time_limit"}
+        ranks = [r for r in (read_json(p) for p in (a.dir / "ranks").glob("rank-*.exit")) if r]
+        bad = [r for r in ranks if r.get("exit_code") not in (0, None)]
+        if bad:
+            first = min(bad, key=lambda r: float(r.get("ended_at", 0.0)))
+            return {
+                "node": first.get("node"),
+                "exit_code": first["exit_code"],
+                "rank": first.get("rank"),
+                "local_rank": first.get("local_rank"),
+            }
+        bad_nodes = [(name, rec) for name, rec in exits.items() if rec.get("exit_code") != 0]
+        if bad_nodes:
+            name, rec = min(bad_nodes, key=lambda nr: float(nr[1].get("ended_at", 0.0)))
+            return {"node": name, "exit_code": rec.get("exit_code")}
+        return None
+
+    def _failure_log(self, a: _Attempt, failure: dict[str, Any]) -> str:
+        """The failed rank's own stderr tail (its traceback), else its node's log tail.
+
+        The node log ends with torchrun's reaction (often a SIGTERM traceback
+        from the teardown), which says less than the rank's last words.
+        """
+        files = rank_logs(a.dir).get(str(failure["node"]), {}).get(failure.get("local_rank", -1))
+        if files is not None:
+            text = _tail(files[1]) or _tail(files[0])
+            if text:
+                return text
+        return _tail(a.dir / f"{failure['node']}.log")
+
+    def _observe(self, a: _Attempt) -> Observation:
+        states = {n.name: self._node_state(a, n) for n in a.nodes}
+        exits = {name: rec for name, (s, rec) in states.items() if s == "exited" and rec is not None}
+        running = [name for name, (s, _) in states.items() if s == "running"]
+        gone = [name for name, (s, _) in states.items() if s == "gone"]
+        cancelled = (a.dir / "cancel.json").exists()
+        failure = None if cancelled else self._first_failure(a, exits)
+
+        def obs(status: AttemptStatus, **kw: Any) -> Observation:
+            return Observation(a.job_id, a.attempt, status, **kw)
+
+        if running:
+            if cancelled or failure is not None or gone:
+                self._tear_down(a)  # torchrun on the healthy nodes would hang or fail anyway
+            return obs(AttemptStatus.RUNNING)
+        self._kill_strays(a)
+        if cancelled:
+            return obs(AttemptStatus.CANCELLED, detail="cancelled")
+        if failure is not None:
+            node = failure["node"]
+            if failure.get("why") == "time_limit":
+                head = f"node {node} reached the attempt's time limit"
+            elif "rank" in failure:
+                head = f"rank {failure['rank']} on node {node} exited {failure['exit_code']}"
+            else:
+                head = f"torchrun on node {node} exited {failure['exit_code']}"
+            return obs(
+                AttemptStatus.FAILED,
+                exit_code=failure["exit_code"],
+                failed_node=node,
+                detail=f"{head}\n{self._failure_log(a, failure)}",
+            )
+        if gone:
+            node = gone[0]
+            return obs(
+                AttemptStatus.LOST,
+                failed_node=node,
+                detail=f"agent of node {node} disappeared without an exit record\n"
+                f"{_tail(a.dir / f'{node}.log')}",
+            )
+        return obs(AttemptStatus.SUCCEEDED, exit_code=0)

@@ -1,0 +1,253 @@
+"""The two tiny supervisors the local backend puts around torchrun and each rank.
+
+``python -m grace.backends.local_agent agent --attempt-dir D --node N -- torchrun...``
+    One per node of an attempt, started by :class:`~grace.backends.local.LocalBackend`
+    in a session of its own so the control plane's death does not take it along.
+    It records its pid and process group in ``D/N.agent.json``, runs torchrun in
+    its own process group, enforces the attempt's time limit, sweeps up any
+    worker torchrun left behind, and writes torchrun's exit code to ``D/N.exit``
+    atomically. Those two files are how a restarted control plane learns what
+    happened while it was dead.
+
+``python -m grace.backends.local_agent rank --attempt-dir D -- command...``
+    One per rank, as torchrun's entrypoint (``--no-python``). It runs the user's
+    command and writes ``D/ranks/rank-R.exit`` with the exit code and the time,
+    so the backend knows which rank failed *first* and with what code: torchrun
+    itself only exits 1, and every other rank of a gang fails moments later
+    because its peers vanished.
+
+Why sweep by environment: torchrun starts every worker with
+``start_new_session=True``, so ``killpg`` of the agent's group does not reach the
+workers, and a SIGKILLed torchrun leaves them orphaned. Every process of an
+attempt inherits ``GRACE_LOCAL_TOKEN=<attempt token>:<node index>``; reading
+``/proc/<pid>/environ`` finds them all, whatever session they moved to (Linux
+only; elsewhere only the agents' process groups are signalled).
+
+This module imports neither torch nor the rest of Grace so each supervisor
+starts in tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+#: Environment variable every process of an attempt inherits: ``<token>:<node index>``.
+TOKEN_ENV = "GRACE_LOCAL_TOKEN"
+#: Seconds between SIGTERM and SIGKILL when the agent itself ends its node's processes.
+AGENT_KILL_GRACE_S = 10.0
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write temp + fsync + rename + fsync(dir): a reader sees all of it or nothing.
+
+    The exit records are the only thing that survives a control-plane crash,
+    so a torn half-written file must never be readable.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, or None if it is absent or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def processes_with_token(
+    token: str, node_index: int | None = None, exclude: Iterable[int] = ()
+) -> dict[int, int]:
+    """``{pid: pgid}`` of live processes of an attempt (or of one node of it).
+
+    A process belongs to node ``i`` of the attempt when its environment holds
+    ``GRACE_LOCAL_TOKEN=<token>:<i>``. Zombies (empty environ) and other users'
+    processes are skipped.
+    """
+    whole = f"{TOKEN_ENV}={token}:".encode()
+    exact = None if node_index is None else whole + str(node_index).encode()
+    skip = set(exclude)
+    found: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in skip:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if any(var == exact if exact is not None else var.startswith(whole) for var in env.split(b"\0")):
+            try:
+                found[pid] = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+    return found
+
+
+def signal_groups(pgids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each process group, ignoring groups that are already gone."""
+    for pgid in set(pgids):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+
+def _noop_handler(signum: int, frame: object) -> None:
+    """A handler (not SIG_IGN, which children would inherit): the child handles the signal."""
+
+
+def _shield() -> None:
+    """Let SIGTERM/SIGINT/SIGHUP reach the child through the process group, not end us first."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _noop_handler)
+
+
+def _sweep(token: str, node_index: int, own_pid: int, grace_s: float) -> None:
+    """SIGTERM every process of this node, SIGKILL what is left after ``grace_s``."""
+    left = processes_with_token(token, node_index, exclude=[own_pid])
+    if not left:
+        return
+    signal_groups(left.values(), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = processes_with_token(token, node_index, exclude=[own_pid])
+    for _ in range(20):
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+        left = processes_with_token(token, node_index, exclude=[own_pid])
+
+
+def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: list[str]) -> int:
+    """Supervise torchrun for one node; always leave ``<node>.exit`` behind if we live to."""
+    me = os.getpid()
+    write_json_atomic(
+        attempt_dir / f"{node}.agent.json",
+        {"node": node, "pid": me, "pgid": os.getpgid(0), "started_at": time.time(), "argv": argv},
+    )
+    _shield()
+    token, _, index = os.environ.get(TOKEN_ENV, "").rpartition(":")
+    reason = "exited"
+    try:
+        proc = subprocess.Popen(argv)  # same process group: killpg(agent) reaches torchrun
+    except OSError as e:
+        print(f"grace agent: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
+        code = 127
+    else:
+        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+        code = None
+        while code is None:
+            try:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                reason = "time_limit"
+                print(
+                    f"grace agent: time limit of {time_limit_s:g}s reached; ending node {node}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                proc.terminate()
+                if token and index.isdigit():
+                    _sweep(token, int(index), me, AGENT_KILL_GRACE_S)
+                try:
+                    code = proc.wait(timeout=AGENT_KILL_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = proc.wait()
+    if token and index.isdigit():  # workers torchrun orphaned: they live in sessions of their own
+        _sweep(token, int(index), me, 2.0)
+    write_json_atomic(
+        attempt_dir / f"{node}.exit",
+        {"node": node, "exit_code": code, "reason": reason, "ended_at": time.time()},
+    )
+    return code if code >= 0 else 128 - code
+
+
+def run_rank(attempt_dir: Path, argv: list[str]) -> int:
+    """Run one rank's command and record its exit code and end time."""
+    rank = os.environ.get("RANK", "?")
+    record: dict[str, Any] = {
+        "rank": int(rank) if rank.isdigit() else rank,
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "node": os.environ.get("GRACE_NODE", ""),
+        "pid": os.getpid(),
+    }
+    _shield()
+    try:
+        proc = subprocess.Popen(argv)  # same group: torchrun's killpg(rank) reaches it
+    except OSError as e:
+        print(f"grace rank: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
+        code = 127
+    else:
+        code = proc.wait()
+    record.update(exit_code=code, ended_at=time.time())
+    write_json_atomic(attempt_dir / "ranks" / f"rank-{rank}.exit", record)
+    if code < 0:  # killed by a signal: die the same way so torchrun reports it faithfully
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grace.backends.local_agent")
+    sub = parser.add_subparsers(dest="role", required=True)
+    agent = sub.add_parser("agent", help="supervise torchrun for one node of an attempt")
+    agent.add_argument("--attempt-dir", type=Path, required=True)
+    agent.add_argument("--node", required=True)
+    agent.add_argument("--time-limit", type=float, default=None)
+    agent.add_argument("command", nargs=argparse.REMAINDER)
+    rank = sub.add_parser("rank", help="run one rank's command and record how it ended")
+    rank.add_argument("--attempt-dir", type=Path, required=True)
+    rank.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("give the command to run after --")
+    if args.role == "agent":
+        return run_agent(args.attempt_dir, args.node, args.time_limit, command)
+    return run_rank(args.attempt_dir, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The CLI over the API: ``grace submit|jobs|job|logs|cancel|nodes|drain|resume`` and ``grace up``.
+
+The server is found through ``GRACE_URL`` (default http://127.0.0.1:8470).
+Every command prints a readable table, or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from grace.spec.errors import SpecError
+from grace.spec.loader import load_jobs
+
+console = Console()
+err = Console(stderr=True)
+JsonOpt = typer.Option(False, "--json", help="print JSON for scripts")
+
+
+def base_url() -> str:
+    return os.environ.get("GRACE_URL", "http://127.0.0.1:8470").rstrip("/")
+
+
+def _call(method: str, path: str, **kw: Any) -> Any:
+    try:
+        r = httpx.request(method, base_url() + path, timeout=30.0, **kw)
+    except httpx.HTTPError as e:
+        err.print(f"[red]error[/red] cannot reach Grace at {base_url()} ({e}); start it with "
+                  "`grace up` or set GRACE_URL")
+        raise typer.Exit(code=3) from e
+    if r.status_code >= 400:
+        detail = r.json().get("detail") if r.headers.get("content-type", "").startswith(
+            "application/json") else r.text
+        if isinstance(detail, list):
+            for p in detail:
+                err.print(f"[red]invalid[/red] {p.get('field')}: {p.get('message')}")
+        else:
+            err.print(f"[red]error[/red] {detail}")
+        raise typer.Exit(code=1)
+    return r.json() if "json" in r.headers.get("content-type", "") else r.text
+
+
+def up(
+    cluster: Path = typer.Option(Path("examples/clusters/lab.yaml"), "--cluster"),
+    db: str | None = typer.Option(None, "--db", help="database URL (default: SQLite in --state-dir)"),
+    port: int = typer.Option(8470, "--port"),
+    state_dir: Path = typer.Option(Path(".grace"), "--state-dir",
+                                   help="job directories, logs, checkpoints, SQLite file"),
+    policy: str = typer.Option("grace", "--policy"),
+) -> None:
+    """Run the control plane: API, reconciler and local backend."""
+    from grace.control.server import ServerConfig, serve
+
+    try:
+        serve(ServerConfig(cluster, db, port, state_dir, policy))
+    except SpecError as e:
+        err.print(f"[red]invalid[/red] {e}")
+        raise typer.Exit(code=2) from e
+
+
+def submit(
+    file: Path | None = typer.Argument(None, help="job YAML (one job or a jobs: list)"),
+    gpus: float | None = typer.Option(None, "--gpus"),
+    name: str | None = typer.Option(None, "--name"),
+    tenant: str = typer.Option("default", "--tenant"),
+    command: list[str] | None = typer.Argument(None, help="after --: the command to run"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Submit a job file, or `--gpus N -- CMD ...`."""
+    if file is not None and gpus is None and file.suffix in (".yaml", ".yml"):
+        try:
+            specs = [j.model_dump(mode="json", exclude_none=True) for j in load_jobs(file)]
+        except SpecError as e:
+            err.print(f"[red]invalid[/red] {e}")
+            raise typer.Exit(code=1) from e
+    elif gpus is not None:
+        cmd = ([str(file)] if file is not None else []) + list(command or [])
+        if not cmd:
+            err.print("[red]invalid[/red] give the command after --, e.g. "
+                      "grace submit --gpus 1 -- python train.py")
+            raise typer.Exit(code=1)
+        specs = [{"name": name or Path(cmd[0]).stem, "gpus": gpus, "tenant": tenant,
+                  "command": cmd}]
+    else:
+        err.print("[red]invalid[/red] give a job YAML file, or --gpus N -- CMD")
+        raise typer.Exit(code=1)
+    out = [_call("POST", "/jobs", json=s) for s in specs]
+    if as_json:
+        print(json.dumps(out[0] if len(out) == 1 else out))
+        return
+    for o in out:
+        console.print(f"submitted job {o['id']}")
+
+
+def jobs(state: str | None = typer.Option(None, "--state"),
+         tenant: str | None = typer.Option(None, "--tenant"), as_json: bool = JsonOpt) -> None:
+    """List jobs."""
+    params = {k: v for k, v in {"state": state, "tenant": tenant}.items() if v}
+    rows = _call("GET", "/jobs", params=params)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    console.print(jobs_table(rows))
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="jobs")
+    for col in ("id", "name", "tenant", "state", "gpus", "attempts", "wait", "run", "reason"):
+        t.add_column(col)
+    now = time.time()
+    for j in rows:
+        wait = (j["started_at"] or now) - j["submitted_at"]
+        run = ((j["ended_at"] or now) - j["started_at"]) if j["started_at"] else 0.0
+        t.add_row(str(j["id"]), j["name"], j["tenant"], j["state"], f"{j['gpus']:g}",
+                  str(j["attempts"]), f"{wait:.0f}s", f"{run:.0f}s", j.get("reason") or "")
+    return t
+
+
+def job(job_id: int, as_json: bool = JsonOpt) -> None:
+    """Show one job: attempts, placement, events."""
+    j = _call("GET", f"/jobs/{job_id}")
+    if as_json:
+        print(json.dumps(j))
+        return
+    console.print(f"[bold]job {j['id']}[/bold] {j['name']} ({j['tenant']}): {j['state']}"
+                  + (f" - {j['reason']}" if j.get("reason") else ""))
+    t = Table(title="attempts")
+    for col in ("#", "state", "nodes", "exit", "cause", "resumed from"):
+        t.add_column(col)
+    for a in j["attempts"]:
+        nodes = ", ".join(f"{n['node']}:{','.join(map(str, n['gpus']))}" for n in a["nodes"])
+        t.add_row(str(a["number"]), a["state"], nodes, str(a["exit_code"]),
+                  a.get("failure_kind") or "", a.get("resumed_from") or "")
+    console.print(t)
+    e = Table(title="events")
+    e.add_column("at")
+    e.add_column("event")
+    e.add_column("detail")
+    for ev in j["events"]:
+        e.add_row(time.strftime("%H:%M:%S", time.localtime(ev["at"])), ev["kind"],
+                  json.dumps(ev["detail"])[:80] if ev["detail"] else "")
+    console.print(e)
+
+
+def logs(job_id: int, follow: bool = typer.Option(False, "-f", "--follow"),
+         attempt: int | None = typer.Option(None, "--attempt"),
+         node: str | None = typer.Option(None, "--node")) -> None:
+    """Print a job's logs (per node and rank); -f follows them."""
+    params = {k: v for k, v in {"attempt": attempt, "node": node}.items() if v is not None}
+    seen = 0
+    while True:
+        text = _call("GET", f"/jobs/{job_id}/logs", params=params | {"tail": 100000})
+        lines = text.splitlines()
+        for line in lines[seen:]:
+            print(line)
+        seen = len(lines)
+        sys.stdout.flush()
+        if not follow:
+            return
+        state = _call("GET", f"/jobs/{job_id}")["state"]
+        if state not in ("pending", "running"):
+            return
+        time.sleep(1.0)
+
+
+def cancel(job_id: int, as_json: bool = JsonOpt) -> None:
+    """Cancel a job: its whole process group ends."""
+    out = _call("POST", f"/jobs/{job_id}/cancel")
+    print(json.dumps(out)) if as_json else console.print(f"cancelling job {job_id}")
+
+
+def nodes(as_json: bool = JsonOpt) -> None:
+    """List nodes and their health state."""
+    rows = _call("GET", "/nodes")
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table(title="nodes")
+    for col in ("name", "gpu", "gpus", "state", "reason", "by"):
+        t.add_column(col)
+    for n in rows:
+        t.add_row(n["name"], n["gpu_model"], str(n["gpus"]), n["state"], n["reason"] or "",
+                  n["actor"] or "")
+    console.print(t)
+
+
+def drain(node: str, reason: str = typer.Option(..., "--reason"), as_json: bool = JsonOpt) -> None:
+    """Take a node out of service, with a reason kept in its history."""
+    out = _call("POST", f"/nodes/{node}/drain", json={"reason": reason,
+                                                       "actor": os.environ.get("USER", "cli")})
+    print(json.dumps(out)) if as_json else console.print(f"{node} drained: {reason}")
+
+
+def resume(node: str, as_json: bool = JsonOpt) -> None:
+    """Return a drained node to service."""
+    out = _call("POST", f"/nodes/{node}/resume")
+    print(json.dumps(out)) if as_json else console.print(f"{node} back in service")

@@ -1,0 +1,201 @@
+"""The HTTP API (FastAPI; OpenAPI at /openapi.json, docs at /docs).
+
+Input is validated with the same pydantic specs as the CLI. A bad request gets
+a 4xx whose body names every bad field and its fix, and nothing is stored: the
+spec is validated and compiled against the cluster before the transaction that
+writes it opens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, Field, ValidationError
+
+from grace.control.snapshot import JobCompiler
+from grace.control.store import repository as repo
+from grace.control.store.db import Store
+from grace.control.store.models import JobState
+from grace.core.health import IllegalTransition, NodeState
+from grace.core.jobs import JobCompileError
+from grace.core.topology import Topology
+from grace.spec.errors import from_validation_error
+from grace.spec.job import JobSpec
+
+
+class DrainRequest(BaseModel):
+    reason: str = Field(min_length=1, description="why; kept in the node's history")
+    actor: str = "api"
+
+
+class QuotaRequest(BaseModel):
+    guaranteed_gpus: float | None = Field(default=None, ge=0)
+    borrow_limit_gpus: float | None = Field(default=None, ge=0)
+    weight: float = Field(default=1.0, gt=0)
+    preemptions_per_hour: int = Field(default=20, ge=0)
+
+
+def _problems(err: ValidationError, prefix: str = "") -> list[dict[str, str]]:
+    return [{"field": p.path, "message": p.message}
+            for p in from_validation_error("request", err, prefix).problems]
+
+
+def create_app(store: Store, topo: Topology, state_dir: Path) -> FastAPI:
+    app = FastAPI(title="Grace", version="0.1.0",
+                  description="Control plane of a private GPU training cluster")
+    compiler = JobCompiler(topo)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [{"field": ".".join(str(p) for p in e["loc"] if p != "body"),
+                     "message": e["msg"]} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": problems})
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/jobs", status_code=201)
+    def submit(body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            spec = JobSpec.model_validate(body)
+        except ValidationError as e:
+            raise HTTPException(422, detail=_problems(e)) from e
+        if not spec.command:
+            raise HTTPException(422, detail=[{"field": "command", "message":
+                                              "a job needs a command to run, e.g. "
+                                              "['python', 'train.py']"}])
+        try:
+            compiler.check(spec)
+        except JobCompileError as e:
+            raise HTTPException(422, detail=[{"field": "gpus", "message": str(e)}]) from e
+        with store.transaction() as s:
+            job = repo.add_job(s, spec, _now())
+            return {"id": job.id, "state": str(job.state)}
+
+    @app.get("/jobs")
+    def list_jobs(state: str | None = None, tenant: str | None = None,
+                  limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
+        if state is not None and state not in {s.value for s in JobState}:
+            raise HTTPException(422, detail=[{"field": "state", "message":
+                                              f"unknown state; use one of "
+                                              f"{[s.value for s in JobState]}"}])
+        with store.transaction() as s:
+            return [_job_summary(j) for j in repo.list_jobs(
+                s, state=JobState(state) if state else None, tenant=tenant,
+                limit=min(limit, 1000), offset=offset)]
+
+    @app.get("/jobs/{job_id}")
+    def show(job_id: int) -> dict[str, Any]:
+        with store.transaction() as s:
+            job = _get(s, job_id)
+            out = _job_summary(job)
+            out["spec"] = job.spec_json
+            out["attempts"] = [{
+                "number": a.number, "state": str(a.state), "nodes": a.placement_json,
+                "started_at": a.started_at, "ended_at": a.ended_at, "exit_code": a.exit_code,
+                "failure_kind": a.failure_kind, "failed_node": a.failed_node,
+                "detail": a.detail, "resumed_from": a.resumed_from} for a in job.attempts]
+            out["events"] = [{"at": e.at, "kind": str(e.kind), "detail": e.detail}
+                             for e in repo.events(s, job_id)]
+            return out
+
+    @app.post("/jobs/{job_id}/cancel")
+    def cancel(job_id: int) -> dict[str, Any]:
+        with store.transaction() as s:
+            job = _get(s, job_id)
+            if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
+                             JobState.DIVERGED):
+                raise HTTPException(409, detail=f"job {job_id} already ended ({job.state})")
+            repo.request_cancel(s, job_id, _now())
+            return {"id": job_id, "cancel_requested": True}
+
+    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    def logs(job_id: int, attempt: int | None = None, node: str | None = None,
+             tail: int = 200) -> str:
+        with store.transaction() as s:
+            job = _get(s, job_id)
+            number = attempt or job.attempts_count
+        adir = state_dir / "jobs" / str(job_id) / f"attempt-{number}"
+        if not adir.is_dir():
+            return ""
+        files = sorted(p for p in adir.rglob("*.log") if node is None or node in p.name)
+        lines: list[str] = []
+        for f in files:
+            text = f.read_text(errors="replace").splitlines()
+            lines += [f"[{f.relative_to(adir)}] {line}" for line in text[-tail:]]
+        return "\n".join(lines[-tail * max(1, len(files)):]) + ("\n" if lines else "")
+
+    @app.get("/nodes")
+    def nodes() -> list[dict[str, Any]]:
+        with store.transaction() as s:
+            return [{"name": n.name, "state": str(n.state), "reason": n.reason,
+                     "actor": n.actor, "gpus": n.gpus, "gpu_model": n.gpu_model}
+                    for n in repo.nodes(s)]
+
+    @app.post("/nodes/{name}/drain")
+    def drain(name: str, body: DrainRequest) -> dict[str, Any]:
+        """Cordon now; the node becomes drained when its running jobs have left."""
+        _node(name)
+        _move(name, NodeState.DRAINING, body.reason, body.actor)
+        return {"name": name, "state": "draining", "reason": body.reason}
+
+    @app.post("/nodes/{name}/resume")
+    def resume(name: str, actor: str = "api") -> dict[str, Any]:
+        """An operator returns a node to service (forced: no diagnostic in between)."""
+        _node(name)
+        _move(name, NodeState.RETURNED, "resumed by an operator", actor)
+        return {"name": name, "state": "returned"}
+
+    def _move(name: str, to: NodeState, reason: str, actor: str) -> None:
+        try:
+            with store.transaction() as s:
+                repo.set_node_state(s, name, to, reason, actor, _now())
+        except IllegalTransition as e:
+            raise HTTPException(409, detail=str(e)) from e
+
+    @app.get("/tenants")
+    def tenants() -> list[dict[str, Any]]:
+        with store.transaction() as s:
+            hours = repo.gpu_hours_by_tenant(s, _now())
+            return [{"name": t.name, "guaranteed_gpus": t.guaranteed_gpus,
+                     "borrow_limit_gpus": t.borrow_limit_gpus, "weight": t.weight,
+                     "preemptions_per_hour": t.preemptions_per_hour,
+                     "gpu_hours": hours.get(t.name, 0.0)} for t in repo.tenants(s)]
+
+    @app.put("/tenants/{name}")
+    def set_quota(name: str, body: QuotaRequest) -> dict[str, Any]:
+        with store.transaction() as s:
+            repo.set_quota(s, name, **body.model_dump())
+        return {"name": name, **body.model_dump()}
+
+    def _node(name: str) -> None:
+        if name not in topo.by_name:
+            raise HTTPException(404, detail=f"no node {name!r}; see GET /nodes")
+
+    return app
+
+
+def _get(s, job_id: int):
+    job = repo.get_job(s, job_id)
+    if job is None:
+        raise HTTPException(404, detail=f"no job {job_id}")
+    return job
+
+
+def _job_summary(job) -> dict[str, Any]:
+    return {"id": job.id, "name": job.name, "tenant": job.tenant, "state": str(job.state),
+            "workload_class": job.workload_class, "gpus": job.gpus, "priority": job.priority,
+            "submitted_at": job.submitted_at, "started_at": job.started_at,
+            "ended_at": job.ended_at, "attempts": job.attempts_count, "restarts": job.restarts,
+            "reason": job.reason}
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

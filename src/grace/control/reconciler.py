@@ -1,0 +1,338 @@
+"""The live driver of ``core``: observe, record, snapshot, decide, apply, persist.
+
+One ``cycle`` does, in this order:
+
+1. observe: ask the backend what its attempts did; record each ended attempt
+   and run the restart policy on failures, each job in its own transaction;
+2. cancellations requested through the API;
+3. snapshot: the store's running and waiting jobs and drained nodes become a
+   ``SchedulerState``;
+4. ``decide(state, now)`` with wall time;
+5. apply: stops and preemptions through the backend; each start is first
+   persisted (attempt "starting", job "running") and committed, then launched,
+   then its handle recorded. A crash between those steps is safe: on restart
+   ``recover`` adopts attempts whose processes live and requeues the rest, and
+   the backend's attempt directories are keyed by (job, attempt), so nothing
+   runs twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment, Observation
+from grace.control.snapshot import JobCompiler, build_state, nodes_to_placement, placement_to_nodes
+from grace.control.store import repository as repo
+from grace.control.store.db import Store
+from grace.control.store.models import AttemptState, JobEventKind, JobState
+from grace.core.checkpoint import choose_interval
+from grace.core.jobs import JobCompileError, JobId, PendingJob
+from grace.core.policies import QueuePolicy
+from grace.core.quotas import TenantQuota
+from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, RestartVerdict, on_failure
+from grace.core.scheduler import decide
+from grace.core.topology import Topology
+
+log = logging.getLogger("grace.reconciler")
+
+IN_SERVICE = {"healthy", "degraded", "returned"}
+
+
+@dataclass
+class CycleReport:
+    started: list[int] = field(default_factory=list)
+    ended: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+    pending: int = 0
+    running: int = 0
+    seconds: float = 0.0
+
+
+class Reconciler:
+    """Owns nothing but caches: every decision is read from and written to the store."""
+
+    def __init__(self, store: Store, backend: Backend, topo: Topology, policy: QueuePolicy,
+                 state_dir: Path, clock: Callable[[], float] = time.time,
+                 restart_policy: RestartPolicy | None = None,
+                 checkpoint_s: float = 30.0, restart_s: float = 60.0) -> None:
+        self.store = store
+        self.backend = backend
+        self.topo = topo
+        self.policy = policy
+        self.state_dir = state_dir
+        self.clock = clock
+        self.restart_policy = restart_policy or RestartPolicy()
+        self.compiler = JobCompiler(topo)
+        self.checkpoint_s = checkpoint_s
+        self.restart_s = restart_s
+        missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
+        if missing:
+            raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
+        self._sync_nodes()
+
+    # ----------------------------------------------------------------- start-up
+    def _sync_nodes(self) -> None:
+        with self.store.transaction() as s:
+            for n in self.topo.nodes:
+                repo.upsert_node(s, n.name, n.gpus, n.gpu_model)
+
+    def recover(self) -> list[int]:
+        """After a restart: adopt live attempts, requeue jobs whose processes died."""
+        now = self.clock()
+        requeued: list[int] = []
+        with self.store.transaction() as s:
+            attempts = [(a.job_id, a.number, a.handle or "") for a in repo.running_attempts(s)]
+        # a crash between launch and saving the handle: the backend kept one of its own
+        recorded = getattr(self.backend, "recorded_handles", dict)()
+        attempts = [(j, n, h or recorded.get((j, n), "")) for j, n, h in attempts]
+        for job_id, number, handle in attempts:
+            alive = self.backend.adopt(job_id, number, handle)
+            with self.store.transaction() as s:
+                job = repo.get_job(s, job_id)
+                attempt = _attempt(job, number)
+                if alive:
+                    repo.add_event(s, job_id, JobEventKind.ADOPTED, now, {"attempt": number})
+                    continue
+                repo.end_attempt(s, attempt, AttemptState.LOST, now, None, "lost",
+                                 None, "processes gone after a control-plane restart")
+                repo.set_job_state(s, job, JobState.PENDING, now, "requeued: its processes "
+                                   "died with the control plane", JobEventKind.REQUEUED,
+                                   {"attempt": number})
+                requeued.append(job_id)
+        return requeued
+
+    # ----------------------------------------------------------------- the cycle
+    def cycle(self) -> CycleReport:
+        t0 = time.perf_counter()
+        report = CycleReport()
+        now = self.clock()
+        for obs in self.backend.poll():
+            self._observe(obs, now, report)
+        self._cancellations(now)
+        state, pending_jobs = self._snapshot(now)
+        result = decide(state, now)
+        for stop in result.stops:
+            self._stop(int(stop.job_id), now, "timeout: passed its runtime_limit",
+                       JobEventKind.TIMEOUT)
+        for p in result.preemptions:
+            self._preempt(int(p.job_id), now, f"preempted ({p.reason}) for job {p.for_job}")
+        for start in result.starts:
+            self._start(pending_jobs[start.job_id], start.placement, now, report)
+        self._record_reasons(result, pending_jobs)
+        report.pending = len(state.pending) - len(result.starts)
+        report.running = len(state.running) + len(result.starts)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _snapshot(self, now: float) -> tuple:
+        with self.store.transaction() as s:
+            quotas = {t.name: TenantQuota(
+                guaranteed_gpus=t.guaranteed_gpus if t.guaranteed_gpus is not None else float("inf"),
+                borrow_limit_gpus=t.borrow_limit_gpus if t.borrow_limit_gpus is not None
+                else float("inf"),
+                weight=t.weight, preemptions_per_hour=t.preemptions_per_hour)
+                for t in repo.tenants(s)}
+            unusable = {n.name for n in repo.nodes(s) if str(n.state) not in IN_SERVICE}
+            # every live attempt holds its GPUs, even one whose job was just preempted or
+            # stopped and whose processes are still ending; such a job waits for them
+            running = []
+            holding: set[int] = set()
+            busy_nodes: set[str] = set()
+            for a in repo.running_attempts(s):
+                if a.job_id in holding:
+                    continue
+                pj = self._compile(a.job)
+                if pj is None:
+                    continue
+                holding.add(a.job_id)
+                busy_nodes.update(e["node"] for e in a.placement_json)
+                running.append((pj, nodes_to_placement(self.topo, a.placement_json),
+                                a.started_at or now))
+            pending: dict[JobId, PendingJob] = {}
+            for job in repo.jobs_in_states(s, [JobState.PENDING]):
+                if job.id in holding:
+                    continue
+                pj = self._compile(job)
+                if pj is not None:
+                    pending[JobId(job.id)] = pj
+            for n in repo.nodes(s):
+                if str(n.state) == "draining" and n.name not in busy_nodes:
+                    repo.set_node_state(s, n.name, "drained", "its last job left",
+                                        n.actor or "grace", now)
+        state = build_state(self.topo, self.policy, quotas, running, list(pending.values()),
+                            unusable)
+        return state, pending
+
+    def _compile(self, job) -> PendingJob | None:
+        try:
+            return self.compiler.compile(job.id, job.restarts, job.spec_json, job.submitted_at,
+                                         job.exclude_nodes or [])
+        except JobCompileError as e:
+            with self.store.transaction() as s:
+                row = repo.get_job(s, job.id)
+                repo.set_job_state(s, row, JobState.FAILED, self.clock(), str(e),
+                                   JobEventKind.FAILED, {"reason": str(e)})
+            return None
+
+    def _record_reasons(self, result, pending_jobs: dict[JobId, PendingJob]) -> None:
+        started = {s.job_id for s in result.starts}
+        with self.store.transaction() as s:
+            for jid, pj in pending_jobs.items():
+                if jid in started:
+                    continue
+                reason = result.reason_for(pj)
+                if reason is not None:
+                    repo.set_pending_reason(s, int(jid), str(reason))
+
+    # ----------------------------------------------------------------- apply
+    def _start(self, pj: PendingJob, placement, now: float, report: CycleReport) -> None:
+        gang = placement_to_nodes(self.topo, placement)
+        with self.store.transaction() as s:
+            job = repo.get_job(s, int(pj.id))
+            if job.state != JobState.PENDING or job.cancel_requested:
+                return
+            number = job.attempts_count + 1
+            workdir = self.state_dir / "jobs" / str(job.id)
+            resumed = _latest_checkpoint(workdir)
+            attempt = repo.start_attempt(s, job, [{"node": g.node, "gpus": list(g.gpus)}
+                                                  for g in gang],
+                                         self.backend.name, None, now, resumed_from=resumed)
+            spec = dict(job.spec_json)
+            command = tuple(spec.get("command") or ())
+            env = dict(spec.get("env") or {})
+            interval = choose_interval(max(pj.gpu_equivalents, 1.0), self.checkpoint_s,
+                                       self.restart_s)
+            env.setdefault("GRACE_CHECKPOINT_INTERVAL_S", f"{interval.interval_s:.0f}")
+            launch = LaunchSpec(job_id=job.id, attempt=attempt.number, name=job.name,
+                                command=command, nodes=tuple(NodeAssignment(g.node, g.gpus)
+                                                             for g in gang),
+                                workdir=workdir, env=env, time_limit_s=pj.limit_s)
+        try:
+            handle = self.backend.launch(launch)
+        except Exception as e:
+            log.exception("launch of job %s failed", pj.id)
+            with self.store.transaction() as s:
+                job = repo.get_job(s, int(pj.id))
+                a = _attempt(job, number)
+                repo.end_attempt(s, a, AttemptState.FAILED, now, None, "launch", None, str(e))
+                repo.set_job_state(s, job, JobState.PENDING, now, f"launch failed: {e}",
+                                   JobEventKind.REQUEUED, {"attempt": number})
+            return
+        with self.store.transaction() as s:
+            job = repo.get_job(s, int(pj.id))
+            repo.set_attempt_running(s, _attempt(job, number), handle)
+        report.started.append(int(pj.id))
+
+    def _observe(self, obs: Observation, now: float, report: CycleReport) -> None:
+        if obs.status is AttemptStatus.RUNNING:
+            return
+        with self.store.transaction() as s:
+            job = repo.get_job(s, obs.job_id)
+            attempt = _attempt(job, obs.attempt)
+            if attempt.state not in (AttemptState.STARTING, AttemptState.RUNNING):
+                return  # already recorded
+            state = {AttemptStatus.SUCCEEDED: AttemptState.SUCCEEDED,
+                     AttemptStatus.CANCELLED: AttemptState.CANCELLED,
+                     AttemptStatus.LOST: AttemptState.LOST}.get(obs.status, AttemptState.FAILED)
+            kind = _failure_kind(obs)
+            repo.end_attempt(s, attempt, state, now, obs.exit_code, kind, obs.failed_node,
+                             obs.detail)
+            report.ended.append(job.id)
+            if job.state != JobState.RUNNING:
+                return
+            if obs.status is AttemptStatus.SUCCEEDED:
+                repo.set_job_state(s, job, JobState.COMPLETED, now, "completed",
+                                   JobEventKind.COMPLETED, {"attempt": obs.attempt})
+                return
+            if obs.status is AttemptStatus.CANCELLED:
+                if job.cancel_requested:
+                    repo.set_job_state(s, job, JobState.CANCELLED, now, "cancelled",
+                                       JobEventKind.CANCELLED, {"attempt": obs.attempt})
+                return
+            if obs.exit_code == DIVERGED_EXIT_CODE:
+                repo.set_job_state(s, job, JobState.DIVERGED, now, obs.detail or "diverged",
+                                   JobEventKind.DIVERGED, {"attempt": obs.attempt})
+                return
+            self._failed(s, job, attempt, obs, kind, now, report)
+
+    def _failed(self, s, job, attempt, obs: Observation, kind: str, now: float,
+                report: CycleReport) -> None:
+        pj = self.compiler.compile(job.id, 0, job.spec_json, job.submitted_at,
+                                   job.exclude_nodes or [])
+        node = self.topo.by_name.get(obs.failed_node) if obs.failed_node else None
+        ran = now - (attempt.started_at or now)
+        decision = on_failure(pj, FailedAttempt(
+            FailureKind(kind), node, ran, first_attempt=attempt.number == 1,
+            progressed=_latest_checkpoint(self.state_dir / "jobs" / str(job.id)) !=
+            attempt.resumed_from, restarts_without_progress=job.stalled_restarts or 0),
+            self.restart_policy)
+        detail = {"attempt": obs.attempt, "exit_code": obs.exit_code, "node": obs.failed_node,
+                  "cause": kind, "detail": obs.detail[-500:]}
+        if decision.verdict is not RestartVerdict.RESTART:
+            repo.set_job_state(s, job, JobState.FAILED, now, decision.reason,
+                               JobEventKind.FAILED, detail)
+            return
+        progressed = decision.job is not None and attempt.resumed_from != _latest_checkpoint(
+            self.state_dir / "jobs" / str(job.id))
+        repo.note_failure_and_requeue(
+            s, job, now, decision.reason, detail,
+            exclude_node=obs.failed_node if kind in ("node", "hang") else None,
+            stalled_restarts=0 if progressed else (job.stalled_restarts or 0) + (kind != "node"))
+        report.requeued.append(job.id)
+
+    def _cancellations(self, now: float) -> None:
+        with self.store.transaction() as s:
+            wanted = [(j.id, j.state, j.attempts_count) for j in repo.cancel_requested(s)]
+        for job_id, state, attempts in wanted:
+            if state == JobState.PENDING:
+                with self.store.transaction() as s:
+                    repo.set_job_state(s, repo.get_job(s, job_id), JobState.CANCELLED, now,
+                                       "cancelled before it started", JobEventKind.CANCELLED, {})
+            elif state == JobState.RUNNING:
+                self.backend.cancel(job_id, attempts)
+
+    def _stop(self, job_id: int, now: float, reason: str, kind: JobEventKind) -> None:
+        with self.store.transaction() as s:
+            job = repo.get_job(s, job_id)
+            attempts = job.attempts_count
+            repo.set_job_state(s, job, JobState.FAILED, now, reason, kind, {})
+        self.backend.cancel(job_id, attempts)
+
+    def _preempt(self, job_id: int, now: float, reason: str) -> None:
+        with self.store.transaction() as s:
+            job = repo.get_job(s, job_id)
+            attempts = job.attempts_count
+            repo.set_job_state(s, job, JobState.PENDING, now, reason, JobEventKind.PREEMPTED, {})
+        self.backend.cancel(job_id, attempts)
+
+
+#: exit code the runtime's divergence guard uses (grace.runtime), so a diverged run is not retried
+DIVERGED_EXIT_CODE = 86
+
+
+def _failure_kind(obs: Observation) -> str:
+    if obs.status is AttemptStatus.LOST:
+        return FailureKind.NODE.value
+    if "heartbeat" in (obs.detail or ""):
+        return FailureKind.HANG.value
+    return FailureKind.APPLICATION.value
+
+
+def _attempt(job, number: int):
+    for a in job.attempts:
+        if a.number == number:
+            return a
+    raise KeyError(f"job {job.id} has no attempt {number}")
+
+
+def _latest_checkpoint(workdir: Path) -> str | None:
+    """The newest committed checkpoint directory of a job, if any (the runtime writes them)."""
+    root = workdir / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.is_dir() and (p / "MANIFEST.json").exists())
+    return str(done[-1]) if done else None

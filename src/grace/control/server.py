@@ -1,0 +1,75 @@
+"""``grace up``: the API and the reconciler loop in one process, on the store.
+
+The reconciler runs in a background thread, one cycle a second (sooner after a
+submission is not needed at this scale). Stopping the server (SIGINT/SIGTERM)
+stops the loop after its current cycle; running training jobs are left alone,
+and the next ``grace up`` adopts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from grace.backends.local import LocalBackend
+from grace.control.api import create_app
+from grace.control.reconciler import Reconciler
+from grace.control.store.db import Store
+from grace.core.policies import get_policy
+from grace.core.topology import Topology
+from grace.spec.loader import load_cluster
+
+log = logging.getLogger("grace.server")
+DEFAULT_PORT = 8470
+
+
+@dataclass
+class ServerConfig:
+    cluster: Path
+    db_url: str | None
+    port: int
+    state_dir: Path
+    policy: str = "grace"
+    interval_s: float = 1.0
+    host: str = "127.0.0.1"
+
+
+class ReconcileLoop(threading.Thread):
+    def __init__(self, reconciler: Reconciler, interval_s: float) -> None:
+        super().__init__(name="reconciler", daemon=True)
+        self.reconciler = reconciler
+        self.interval_s = interval_s
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        requeued = self.reconciler.recover()
+        if requeued:
+            log.warning("requeued jobs whose processes died with the control plane: %s", requeued)
+        while not self.stopping.is_set():
+            try:
+                self.reconciler.cycle()
+            except Exception:  # a bad cycle must not kill the loop; the next one retries
+                log.exception("reconcile cycle failed")
+            self.stopping.wait(self.interval_s)
+
+
+def serve(cfg: ServerConfig) -> None:
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    spec = load_cluster(cfg.cluster)
+    topo = Topology.from_spec(spec)
+    url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
+    store = Store.open(url)
+    backend = LocalBackend(spec, cfg.state_dir)
+    reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir)
+    loop = ReconcileLoop(reconciler, cfg.interval_s)
+    app = create_app(store, topo, cfg.state_dir)
+    loop.start()
+    try:
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    finally:
+        loop.stopping.set()
+        loop.join(timeout=10)

@@ -1,0 +1,98 @@
+"""The store's rows as ``core``'s snapshot: one SchedulerState per reconcile cycle.
+
+Compiled jobs are cached by (id, version): parsing a JobSpec and resolving it
+against the cluster is the expensive part, and a job's spec never changes
+after submission. The cache is only a cache; the store stays the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grace.core.capacity import Placement
+from grace.core.jobs import JobCompileError, JobId, PendingJob, compile_job
+from grace.core.policies import QueuePolicy
+from grace.core.quotas import TenantQuota
+from grace.core.state import SchedulerState
+from grace.core.topology import Topology
+from grace.spec.job import JobSpec
+
+
+@dataclass(frozen=True)
+class GangNode:
+    """One node of a placement as the store keeps it: a name and local GPU slots."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+def placement_to_nodes(topo: Topology, placement: Placement) -> list[GangNode]:
+    by_node: dict[int, list[int]] = {}
+    for g in placement.gpus:
+        n = topo.gpu_node[g]
+        by_node.setdefault(n, []).append(g - topo.nodes[n].gpu_base)
+    for s in placement.slices:
+        n = topo.gpu_node[s.gpu]
+        by_node.setdefault(n, []).append(s.gpu - topo.nodes[n].gpu_base)
+    return [GangNode(topo.nodes[n].name, tuple(sorted(gs))) for n, gs in by_node.items()]
+
+
+def nodes_to_placement(topo: Topology, nodes: list[dict[str, Any]]) -> Placement:
+    gpus: list[int] = []
+    for entry in nodes:
+        info = topo.nodes[topo.by_name[entry["node"]]]
+        gpus.extend(info.gpu_base + g for g in entry["gpus"])
+    return Placement(gpus=tuple(sorted(gpus)))
+
+
+class JobCompiler:
+    """JobSpec JSON to PendingJob, cached per job version."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._cache: dict[tuple[int, int], PendingJob] = {}
+
+    def compile(self, job_id: int, version: int, spec_json: dict[str, Any], submitted_at: float,
+                exclude: list[str] | None = None) -> PendingJob:
+        key = (job_id, version)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        spec = JobSpec.model_validate(spec_json)
+        job = compile_job(spec, job_id, submitted_at, self.topo)
+        if exclude:
+            ids = frozenset(self.topo.by_name[n] for n in exclude if n in self.topo.by_name)
+            job.exclude_nodes = ids
+            job.shape = ()
+            job.__post_init__()
+        self._cache[key] = job
+        return job
+
+    def check(self, spec: JobSpec) -> None:
+        """Raise JobCompileError if the job can never run on this cluster."""
+        compile_job(spec, 0, 0.0, self.topo)
+
+    def forget(self, keep: set[int]) -> None:
+        for key in [k for k in self._cache if k[0] not in keep]:
+            del self._cache[key]
+
+
+def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuota],
+                running: list[tuple[PendingJob, Placement, float]],
+                pending: list[PendingJob], unusable_nodes: set[str]) -> SchedulerState:
+    """A fresh SchedulerState: running gangs allocated, waiting jobs queued, drained nodes out."""
+    state = SchedulerState(topo, policy, quotas)
+    for node in unusable_nodes:
+        if node in topo.by_name:
+            state.set_node_usable(topo.by_name[node], False)
+    for job, placement, started_at in running:
+        state.submit(job)
+        state.start(JobId(job.id), placement, started_at)
+    for job in pending:
+        state.submit(job)
+    return state
+
+
+__all__ = ["GangNode", "JobCompileError", "JobCompiler", "build_state", "nodes_to_placement",
+           "placement_to_nodes"]

@@ -1,0 +1,173 @@
+"""Engines, migrations and transactions: the only place that knows which database it is.
+
+SQLite is the default because the control plane must run with nothing else
+installed: one file in the state directory. PostgreSQL is for a control plane
+that wants a server (backups, replicas, several readers). The rest of Grace
+sees neither: it gets a ``Store`` and opens transactions on it.
+
+Why the SQLite settings:
+
+- WAL lets the API read while the reconciler writes;
+- ``foreign_keys=ON`` because SQLite ignores declared foreign keys otherwise;
+- ``busy_timeout`` makes a writer wait for the lock instead of failing at once;
+- ``synchronous=FULL`` because an acknowledged submission must survive power loss;
+- write transactions start with ``BEGIN IMMEDIATE``: the write lock is taken
+  before the first read, so a transaction never reads a row, decides, and then
+  fails to upgrade its lock (or writes on a stale read). Writers are
+  serialized; readers (``Store.read``) use a plain deferred BEGIN and never wait.
+
+On PostgreSQL (READ COMMITTED) writers run concurrently; ``Job.version``
+(optimistic concurrency) turns a lost update into ``StaleWrite`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from grace.control.store.errors import StaleWrite
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+DB_FILE = "grace.sqlite"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_READ_ONLY = "grace_read_only"  # execution option: this connection's transactions only read
+
+
+def default_url(state_dir: Path) -> str:
+    """The embedded default: ``sqlite:///<state_dir>/grace.sqlite``."""
+    return f"sqlite:///{Path(state_dir).resolve() / DB_FILE}"
+
+
+def normalize_url(url: str) -> str:
+    """Pick the psycopg (v3) driver for plain ``postgresql://``/``postgres://`` URLs.
+
+    SQLAlchemy's default PostgreSQL driver is psycopg2, which Grace does not
+    install; an explicit driver (``postgresql+...://``) is left alone.
+    """
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` with the settings above; creates a SQLite file's directory."""
+    url = normalize_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _sqlite_begin)
+    cur = dbapi_conn.cursor()
+    for pragma in ("foreign_keys=ON", f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+                   "journal_mode=WAL", "synchronous=FULL"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    deferred = conn.get_execution_options().get(_READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """Alembic's config built in code: the scripts ship inside the package, no alembic.ini."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("path_separator", "os")
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    return cfg
+
+
+def migrate(url_or_engine: str | Engine) -> None:
+    """Upgrade the database to the newest schema; a no-op when it is already there.
+
+    Safe to run from several processes at once: on PostgreSQL ``env.py`` takes
+    an advisory lock, on SQLite ``BEGIN IMMEDIATE`` serializes the upgrades.
+    """
+    owned = isinstance(url_or_engine, str)
+    engine = make_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def _refuse_writes(session: Session, _ctx: Any, _instances: Any) -> None:
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("Store.read() is read-only: write in Store.transaction()")
+
+
+class Store:
+    """The database, as transactions. Every state change happens inside one ``transaction()``.
+
+    Objects stay usable after their transaction ends (``expire_on_commit=False``)
+    so the API can render what it just wrote; they are snapshots, not live rows.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._writer = sessionmaker(engine, expire_on_commit=False)
+        self._reader = sessionmaker(engine.execution_options(**{_READ_ONLY: True}),
+                                    expire_on_commit=False)
+        event.listen(self._reader, "before_flush", _refuse_writes)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect to ``url`` and migrate it to the newest schema first."""
+        engine = make_engine(url)
+        migrate(engine)
+        return cls(engine)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """All or nothing: commit when the block ends, roll back everything if it raises.
+
+        A concurrent update of a job read here surfaces as ``StaleWrite``.
+        """
+        session = self._writer()
+        try:
+            with session.begin():
+                yield session
+        except StaleDataError as e:
+            raise StaleWrite(f"the job changed since it was read; read it again ({e})") from e
+        finally:
+            session.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only transaction (flushing a change raises); never blocks or waits for writers."""
+        with self._reader() as session:  # closing rolls back: nothing it did is kept
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+__all__ = ["Store", "alembic_config", "default_url", "make_engine", "migrate", "normalize_url"]

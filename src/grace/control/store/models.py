@@ -1,0 +1,286 @@
+"""The control plane's tables: what must survive a crash of the control plane.
+
+Everything the reconciler needs to resume lives here: the jobs and their specs,
+every attempt with the backend handle to re-attach to it, node states with
+their history, tenant quotas, and a per-job event history. ``core`` keeps its
+own in-memory ``SchedulerState``; it is rebuilt from these rows each cycle, so
+the rows, not memory, are the truth.
+
+Shapes chosen on purpose:
+
+- times are ``float`` epoch seconds (``Double``), the same ``now`` that
+  ``core`` takes, so no time zone or clock conversion sits between the two;
+- enums are stored as their string values (``VARCHAR`` plus a CHECK on the
+  state columns), readable in ``psql``/``sqlite3`` and identical on SQLite and
+  PostgreSQL; the Python side gets the ``StrEnum`` back;
+- ``Job.version`` is SQLAlchemy's ``version_id_col``: every UPDATE of a job
+  carries ``WHERE version = <what we read>`` and bumps it, so two writers that
+  read the same job cannot silently overwrite each other (the loser gets
+  ``StaleWrite``);
+- a partial unique index allows at most one live (starting or running)
+  attempt per job, so the database itself refuses to run a job twice.
+
+JSON columns are not tracked for in-place mutation: assign a new list or dict
+(``job.exclude_nodes = [*job.exclude_nodes, node]``), never ``.append``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar, Generic, TypeVar
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    Dialect,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+from grace.core.health import NodeState
+from grace.spec.job import JobSpec
+
+E = TypeVar("E", bound=StrEnum)
+
+#: Constraint names are fixed by convention so Alembic migrations (and SQLite's
+#: batch mode, which recreates tables) can find them by name on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class JobState(StrEnum):
+    PENDING = "pending"  # waiting to be placed (also after a restart or preemption)
+    RUNNING = "running"  # placed: its live attempt is starting or running
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DIVERGED = "diverged"  # stopped by the runtime's loss-divergence guard; not retried
+
+
+TERMINAL_JOB_STATES = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.DIVERGED})
+
+
+class AttemptState(StrEnum):
+    STARTING = "starting"  # recorded before the backend launch; handle may be unknown
+    RUNNING = "running"  # launched; ``handle`` re-attaches to it
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"  # its processes were gone (e.g. after a control-plane restart)
+
+
+LIVE_ATTEMPT_STATES = frozenset({AttemptState.STARTING, AttemptState.RUNNING})
+
+
+class JobEventKind(StrEnum):
+    SUBMITTED = "submitted"
+    PLACED = "placed"
+    STARTED = "started"
+    FAILED = "failed"
+    RESTARTED = "restarted"
+    PREEMPTED = "preempted"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    DIVERGED = "diverged"
+    TIMEOUT = "timeout"
+    ADOPTED = "adopted"
+    REQUEUED = "requeued"
+    HEARTBEAT_LOST = "heartbeat-lost"
+
+
+class StrEnumType(TypeDecorator[E], Generic[E]):
+    """A ``StrEnum`` stored as its value in a VARCHAR; unknown values fail at flush."""
+
+    impl = String(32)
+    cache_ok = True
+
+    def __init__(self, enum_cls: type[E]) -> None:
+        super().__init__(length=32)
+        self.enum_cls = enum_cls
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum_cls(value).value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum_cls(value)
+
+
+def _in(column: str, enum_cls: type[StrEnum]) -> str:
+    """SQL text ``column IN ('a', 'b')``: the CHECK that keeps raw SQL writers honest too."""
+    return f"{column} IN ({', '.join(repr(e.value) for e in enum_cls)})"
+
+
+def _live_attempt() -> str:
+    return f"state IN ({', '.join(repr(s.value) for s in sorted(LIVE_ATTEMPT_STATES))})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        float: Double(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class Tenant(Base):
+    """A tenant and its quota; NULL guaranteed/borrow means unlimited (``math.inf`` in core)."""
+
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    guaranteed_gpus: Mapped[float | None]
+    borrow_limit_gpus: Mapped[float | None]
+    weight: Mapped[float] = mapped_column(default=1.0)
+    preemptions_per_hour: Mapped[int] = mapped_column(default=20)
+
+
+class Job(Base):
+    """One submitted job; its validated spec is kept whole, the columns are for queries."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(_in("state", JobState), name="state"),
+        Index(None, "state"),
+        Index(None, "tenant"),
+        # never reuse an id, even of a rolled-back insert's successor: ids name job directories
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    tenant: Mapped[str] = mapped_column(String(200), ForeignKey("tenants.name"))
+    spec_json: Mapped[dict[str, Any]]  # JobSpec.model_dump(mode="json")
+    state: Mapped[JobState] = mapped_column(StrEnumType(JobState), default=JobState.PENDING)
+    priority: Mapped[int] = mapped_column(default=0)
+    workload_class: Mapped[str] = mapped_column(String(32))
+    gpus: Mapped[float]
+    submitted_at: Mapped[float]
+    started_at: Mapped[float | None]  # first start; each attempt keeps its own
+    ended_at: Mapped[float | None]
+    attempts_count: Mapped[int] = mapped_column(default=0)
+    restarts: Mapped[int] = mapped_column(default=0)  # automatic restarts after failures
+    # restarts in a row without a new checkpoint: core.restart's budget must survive a restart
+    stalled_restarts: Mapped[int] = mapped_column(default=0)
+    exclude_nodes: Mapped[list[Any]] = mapped_column(default=list)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it waits, or why it ended
+    version: Mapped[int] = mapped_column(default=1)
+
+    attempts: Mapped[list[Attempt]] = relationship(
+        back_populates="job", order_by="Attempt.number")
+
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012 - SQLAlchemy's own attribute
+
+    @property
+    def spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.spec_json)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+
+class Attempt(Base):
+    """One try at running a job: where, on which backend, and how to re-attach to it."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "number"),
+        CheckConstraint(_in("state", AttemptState), name="state"),
+        Index("uq_attempts_live_job_id", "job_id", unique=True,
+              sqlite_where=_live_attempt(), postgresql_where=_live_attempt()),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    number: Mapped[int]  # 1, 2, ... per job
+    state: Mapped[AttemptState] = mapped_column(StrEnumType(AttemptState))
+    placement_json: Mapped[list[Any]]  # [{"node": "n1", "gpus": [0, 1, ...]}, ...]
+    gpus: Mapped[float]  # GPUs held (the job's, at start); what GPU-hours are counted on
+    backend: Mapped[str] = mapped_column(String(64))
+    handle: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[float]
+    ended_at: Mapped[float | None]
+    exit_code: Mapped[int | None]
+    failure_kind: Mapped[str | None] = mapped_column(String(32))
+    failed_node: Mapped[str | None] = mapped_column(String(200))
+    detail: Mapped[str | None] = mapped_column(Text)
+    resumed_from: Mapped[str | None] = mapped_column(Text)  # checkpoint path it started from
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_ATTEMPT_STATES
+
+
+class Node(Base):
+    """A node's current health state and who put it there (history in ``NodeEvent``)."""
+
+    __tablename__ = "nodes"
+    __table_args__ = (CheckConstraint(_in("state", NodeState), name="state"),)
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[NodeState] = mapped_column(StrEnumType(NodeState), default=NodeState.HEALTHY)
+    reason: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str | None] = mapped_column(String(200))
+    gpus: Mapped[int]
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[float | None]
+
+
+class NodeEvent(Base):
+    """One move of a node (or a note, when from_state == to_state), like core's Transition."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (Index(None, "node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(200), ForeignKey("nodes.name"))
+    at: Mapped[float]
+    from_state: Mapped[NodeState | None] = mapped_column(StrEnumType(NodeState))
+    to_state: Mapped[NodeState] = mapped_column(StrEnumType(NodeState))
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(200))
+
+
+class JobEvent(Base):
+    """One line of a job's history; ``id`` order is the order things happened in the store."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index(None, "job_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    at: Mapped[float]
+    kind: Mapped[JobEventKind] = mapped_column(StrEnumType(JobEventKind))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+__all__ = [
+    "LIVE_ATTEMPT_STATES",
+    "TERMINAL_JOB_STATES",
+    "Attempt",
+    "AttemptState",
+    "Base",
+    "Job",
+    "JobEvent",
+    "JobEventKind",
+    "JobState",
+    "Node",
+    "NodeEvent",
+    "NodeState",
+    "Tenant",
+]

@@ -1,0 +1,404 @@
+"""The local backend with real processes: torchrun agents, a 2-node DDP gang, and the
+control plane dying underneath it.
+
+The slow tests start real ``torchrun`` gangs of ``examples/train_ddp.py`` (each
+about 10-15 s on a 2-core machine); the fast ones cover the handle, the
+atomic records and the NVML seam without starting torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from grace.backends import nvml
+from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment, Observation
+from grace.backends.local import LocalBackend, rank_logs
+from grace.backends.local_agent import processes_with_token, read_json, write_json_atomic
+from grace.spec import load_cluster
+from grace.spec.cluster import ClusterSpec
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = ("python", "examples/train_ddp.py", "--device", "cpu")
+TWO_BY_TWO = (NodeAssignment("a100-00", (0, 1)), NodeAssignment("a100-01", (2, 3)))
+
+
+@pytest.fixture(scope="module")
+def lab() -> ClusterSpec:
+    return load_cluster(REPO / "examples" / "clusters" / "lab.yaml")
+
+
+def backend(lab: ClusterSpec, tmp_path: Path) -> LocalBackend:
+    return LocalBackend(lab, tmp_path / "state", cwd=REPO, use_nvml=False)
+
+
+def launch_spec(
+    tmp_path: Path,
+    *args: str,
+    job_id: int = 1,
+    nodes: tuple[NodeAssignment, ...] = TWO_BY_TWO,
+    time_limit_s: float | None = None,
+) -> LaunchSpec:
+    return LaunchSpec(
+        job_id=job_id,
+        attempt=1,
+        name=f"job-{job_id}",
+        command=(*TRAIN, *args),
+        nodes=nodes,
+        workdir=tmp_path / f"job-{job_id}",
+        env={"OMP_NUM_THREADS": "1"},
+        time_limit_s=time_limit_s,
+    )
+
+
+def wait_until_ended(b: LocalBackend, job_id: int, timeout: float = 60.0) -> Observation:
+    """Poll like the reconciler does; the ended attempt must be reported exactly once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        mine = [o for o in b.poll() if o.job_id == job_id]
+        assert len(mine) == 1, mine
+        if mine[0].status is not AttemptStatus.RUNNING:
+            assert all(o.job_id != job_id for o in b.poll()), "an ended attempt was reported twice"
+            return mine[0]
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still running after {timeout}s")
+
+
+def wait_for_text(path: Path, text: str, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of a group that still run; a zombie (dead, not yet reaped by init) does not count."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def assert_nothing_left(handle: str, extra_pgids: frozenset[int] = frozenset()) -> None:
+    """No process of the attempt remains: not by its token, not in any of its process groups.
+
+    ``os.killpg(pgid, 0)`` must raise, except where the group's only members are
+    zombies whose parent (init, after the control plane died) has not reaped them yet.
+    """
+    data = json.loads(handle)
+    assert processes_with_token(data["token"]) == {}
+    for pgid in {n["pgid"] for n in data["nodes"]} | extra_pgids:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            continue
+        assert live_members(pgid) == [], f"process group {pgid} still runs"
+
+
+# ---------------------------------------------------------------- fast: no torch
+
+
+def test_satisfies_the_backend_protocol(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    assert isinstance(b, Backend)
+    assert b.name == "local"
+    assert b.capabilities == {"launch", "cancel", "adopt", "poll"}
+    assert b.inventory() is lab
+    assert b.poll() == []
+    b.cancel(9, 1)  # unknown attempt: nothing to do
+    b.drain("a100-00", "test")
+
+
+def test_launch_rejects_bad_specs(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    with pytest.raises(ValueError, match="no nodes"):
+        b.launch(launch_spec(tmp_path, nodes=()))
+    with pytest.raises(ValueError, match="twice"):
+        b.launch(launch_spec(tmp_path, nodes=(TWO_BY_TWO[0], TWO_BY_TWO[0])))
+
+
+def test_adopt_refuses_foreign_handles(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    with pytest.raises(ValueError, match="bad handle"):
+        b.adopt(1, 1, "not json")
+    with pytest.raises(ValueError, match="bad handle"):
+        b.adopt(1, 1, json.dumps({"v": 1, "backend": "slurm"}))
+
+
+def test_adopt_of_a_vanished_attempt_is_false(lab: ClusterSpec, tmp_path: Path) -> None:
+    """Dead pids, no exit record, no cancel marker: nothing to watch, the caller marks it LOST."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    attempt_dir = tmp_path / "job-5" / "attempt-1"
+    attempt_dir.mkdir(parents=True)
+    handle = json.dumps(
+        {
+            "v": 1,
+            "backend": "local",
+            "job_id": 5,
+            "attempt": 1,
+            "dir": str(attempt_dir),
+            "token": "deadbeef",
+            "port": 1,
+            "nodes": [{"node": "a100-00", "index": 0, "gpus": [0], "pid": dead.pid, "pgid": dead.pid}],
+        }
+    )
+    b = backend(lab, tmp_path)
+    assert b.adopt(5, 1, handle) is False
+    assert b.poll() == []
+    # The same attempt with an exit record is adoptable and reports its outcome.
+    write_json_atomic(attempt_dir / "a100-00.exit", {"node": "a100-00", "exit_code": 0, "ended_at": 1.0})
+    assert b.adopt(5, 1, handle) is True
+    assert [o.status for o in b.poll()] == [AttemptStatus.SUCCEEDED]
+    assert b.poll() == []
+
+
+def test_atomic_records(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "n.exit"
+    write_json_atomic(path, {"exit_code": 3})
+    assert read_json(path) == {"exit_code": 3}
+    assert [p.name for p in path.parent.iterdir()] == ["n.exit"]  # no temp file left
+    path.write_text('{"exit_co')  # a torn file reads as absent, never as garbage
+    assert read_json(path) is None
+
+
+def test_nvml_model_matching() -> None:
+    assert nvml.match_model("NVIDIA H100 80GB HBM3", 79.6) == "H100-SXM"
+    assert nvml.match_model("NVIDIA H200", 139.8) == "H200"
+    assert nvml.match_model("NVIDIA A100-SXM4-80GB", 79.2) == "A100-80GB"
+    assert nvml.match_model("NVIDIA A100-SXM4-40GB", 39.4) == "A100-40GB"
+    assert nvml.match_model("NVIDIA A10G", 22.0) == "A10"
+    assert nvml.match_model("NVIDIA L40S", 44.5) == "L40S"
+    assert nvml.match_model("Tesla T4", 15.0) == "T4"
+    assert nvml.match_model("NVIDIA RTX 4090", 24.0) is None
+
+
+def test_nvml_cluster_from_gpus() -> None:
+    gpus = [nvml.NvmlGpu(i, "NVIDIA A100-SXM4-80GB", 79.2, 400.0, mig_enabled=i == 0) for i in range(4)]
+    spec, slots = nvml.cluster_from_gpus(gpus, host="lab box")
+    (group,) = spec.node_groups
+    assert (group.name, group.gpu, group.gpus_per_node, group.mig_gpus_per_node) == (
+        "lab-box",
+        "A100-80GB",
+        4,
+        1,
+    )
+    assert slots == {"lab-box": (0, 1, 2, 3)}
+    # A mixed machine is one node per model; an unknown model is added to the catalog.
+    mixed = [nvml.NvmlGpu(0, "NVIDIA L40S", 44.5), nvml.NvmlGpu(1, "NVIDIA RTX 4090", 23.6, 450.0)]
+    spec, slots = nvml.cluster_from_gpus(mixed, host="ws")
+    assert {g.name: g.gpu for g in spec.node_groups} == {
+        "ws-L40S": "L40S",
+        "ws-NVIDIA-RTX-4090": "NVIDIA-RTX-4090",
+    }
+    assert slots == {"ws-L40S": (0,), "ws-NVIDIA-RTX-4090": (1,)}
+    assert spec.catalog()["NVIDIA-RTX-4090"].vram_gb == 23.6
+
+
+def test_nvml_probe_without_nvml() -> None:
+    def missing() -> object:
+        raise ImportError("no pynvml")
+
+    def broken_init() -> object:
+        def fail() -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+        return types.SimpleNamespace(nvmlInit=fail)
+
+    assert nvml.probe(missing) == []
+    assert nvml.probe(broken_init) == []
+
+
+def test_nvml_probe_with_a_fake_driver() -> None:
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30),
+        nvmlDeviceGetPowerManagementLimit=lambda h: 700_000,
+        nvmlDeviceGetMigMode=lambda h: (h == 1, h == 1),
+    )
+    gpus = nvml.probe(lambda: fake)
+    assert gpus == [
+        nvml.NvmlGpu(0, "NVIDIA H100 80GB HBM3", 80.0, 700.0, False),
+        nvml.NvmlGpu(1, "NVIDIA H100 80GB HBM3", 80.0, 700.0, True),
+    ]
+
+
+def test_nvml_inventory_replaces_the_spec(
+    lab: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where NVML finds GPUs the inventory is this machine, and slots map to NVML indexes."""
+    gpus = [nvml.NvmlGpu(i, "NVIDIA H200", 139.8) for i in (0, 1, 2, 3)]
+    monkeypatch.setattr(nvml, "probe", lambda: gpus)
+    b = LocalBackend(lab, tmp_path / "state", cwd=REPO)
+    assert "nvml" in b.capabilities
+    (group,) = b.inventory().node_groups
+    assert (group.gpu, group.gpus_per_node) == ("H200", 4)
+    assert b._cuda_ids(group.node_names()[0], (1, 3)) == (1, 3)
+    assert b._cuda_ids("a100-00", (1, 3)) == (1, 3)  # a node NVML does not know: slots as given
+
+
+# ---------------------------------------------------------------- slow: real torchrun gangs
+
+
+@pytest.mark.slow
+def test_ddp_2x2_job_succeeds_with_logs(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    spec = launch_spec(tmp_path, "--steps", "60")
+    started = time.monotonic()
+    handle = b.launch(spec)
+    assert b.launch(spec) == handle  # launching the same attempt twice starts nothing new
+    assert b.recorded_handles() == {(1, 1): handle}
+    obs = wait_until_ended(b, 1)
+    elapsed = time.monotonic() - started
+    assert obs.status is AttemptStatus.SUCCEEDED, obs
+    assert obs.exit_code == 0
+    assert elapsed < 60, f"the 2x2 60-step job took {elapsed:.1f}s"
+
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    node0 = (attempt_dir / "a100-00.log").read_text()
+    assert "step 60/60 loss" in node0 and "done" in node0
+    assert (attempt_dir / "a100-01.log").exists()
+    assert (tmp_path / "job-1" / "checkpoints").is_dir()
+    logs = rank_logs(attempt_dir)
+    assert {node: sorted(ranks) for node, ranks in logs.items()} == {"a100-00": [0, 1], "a100-01": [0, 1]}
+    expected = {"a100-00": "CUDA_VISIBLE_DEVICES=0,1", "a100-01": "CUDA_VISIBLE_DEVICES=2,3"}
+    for node, ranks in logs.items():
+        for stdout, stderr in ranks.values():
+            assert expected[node] in stdout.read_text()
+            assert f"node {node}" in stdout.read_text()
+            assert stderr.exists()
+    records = [read_json(attempt_dir / "ranks" / f"rank-{r}.exit") for r in range(4)]
+    assert [r and r["exit_code"] for r in records] == [0, 0, 0, 0]
+    assert [r and r["node"] for r in records] == ["a100-00", "a100-00", "a100-01", "a100-01"]
+    assert b.recorded_handles() == {}
+    assert_nothing_left(handle)
+
+
+@pytest.mark.slow
+def test_cancel_mid_run_leaves_no_process(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    handle = b.launch(launch_spec(tmp_path, "--steps", "100000", "--log-every", "5"))
+    wait_for_text(tmp_path / "job-1" / "attempt-1" / "a100-00.log", "step 5/")
+    token = json.loads(handle)["token"]
+    running = processes_with_token(token)
+    assert len(running) == 12  # 2 agents + 2 torchruns + 4 rank shims + 4 trainers
+    assert len(set(running.values())) == 6  # each agent's group, each rank's session
+    started = time.monotonic()
+    b.cancel(1, 1, grace_s=5.0)
+    assert time.monotonic() - started < 8
+    assert_nothing_left(handle, frozenset(running.values()))
+    obs = wait_until_ended(b, 1, timeout=5)
+    assert obs.status is AttemptStatus.CANCELLED
+
+
+@pytest.mark.slow
+def test_failed_rank_fails_the_attempt(lab: ClusterSpec, tmp_path: Path) -> None:
+    b = backend(lab, tmp_path)
+    handle = b.launch(launch_spec(tmp_path, "--steps", "60", "--fail-at-step", "5"))
+    obs = wait_until_ended(b, 1)
+    assert obs.status is AttemptStatus.FAILED, obs
+    assert obs.exit_code == 3
+    assert obs.failed_node == "a100-00"
+    assert "rank 0 on node a100-00 exited 3" in obs.detail
+    assert "injected failure at step 5" in obs.detail
+    assert_nothing_left(handle)  # the healthy node was torn down too
+
+
+_CONTROL_PLANE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from grace.backends.base import LaunchSpec, NodeAssignment
+    from grace.backends.local import LocalBackend
+    from grace.spec import load_cluster
+
+    tmp, repo = Path(sys.argv[1]), Path(sys.argv[2])
+    b = LocalBackend(load_cluster(repo / "examples/clusters/lab.yaml"), tmp / "state", cwd=repo,
+                     use_nvml=False)
+    b.launch(LaunchSpec(job_id=7, attempt=1, name="adopted",
+                        command=("python", "examples/train_ddp.py", "--device", "cpu", "--steps", "60"),
+                        nodes=(NodeAssignment("a100-00", (0, 1)), NodeAssignment("a100-01", (2, 3))),
+                        workdir=tmp / "job-7", env={"OMP_NUM_THREADS": "1"}))
+    print("launched", flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_attempt_survives_control_plane_sigkill_and_is_adopted(lab: ClusterSpec, tmp_path: Path) -> None:
+    """SIGKILL the control plane mid-run; a new one adopts the gang and sees it finish, once."""
+    cp = subprocess.Popen(
+        [sys.executable, "-c", _CONTROL_PLANE, str(tmp_path), str(REPO)], stdout=subprocess.PIPE, text=True
+    )
+    assert cp.stdout is not None and cp.stdout.readline().strip() == "launched"
+    wait_for_text(tmp_path / "job-7" / "attempt-1" / "a100-00.log", "rank 0/4")
+    cp.send_signal(signal.SIGKILL)
+    cp.wait()
+
+    b = backend(lab, tmp_path)  # the restarted control plane, same state_dir
+    handles = b.recorded_handles()
+    assert list(handles) == [(7, 1)]
+    handle = handles[(7, 1)]
+    assert json.loads(handle)["dir"] == str(tmp_path / "job-7" / "attempt-1")
+    assert b.adopt(7, 1, handle) is True
+    assert [o.status for o in b.poll()] == [AttemptStatus.RUNNING]
+    # Relaunching the attempt (the store never saw the handle) adopts instead of duplicating.
+    assert b.launch(launch_spec(tmp_path, "--steps", "60", job_id=7)) == handle
+    obs = wait_until_ended(b, 7)
+    assert obs.status is AttemptStatus.SUCCEEDED, obs
+    assert_nothing_left(handle)
+    # A third control plane adopting after the end still learns the outcome from the exit records.
+    late = backend(lab, tmp_path)
+    assert late.adopt(7, 1, handle) is True
+    assert [o.status for o in late.poll()] == [AttemptStatus.SUCCEEDED]
+
+
+@pytest.mark.slow
+def test_sigkilled_agents_are_lost(lab: ClusterSpec, tmp_path: Path) -> None:
+    """Agents killed without a chance to write exit records: LOST, and orphaned workers are swept."""
+    b = backend(lab, tmp_path)
+    handle = b.launch(launch_spec(tmp_path, "--steps", "100000", "--sleep-per-step", "0.05"))
+    wait_for_text(tmp_path / "job-1" / "attempt-1" / "a100-00.log", "rank 0/4")
+    token = json.loads(handle)["token"]
+    workers = processes_with_token(token)
+    for node in json.loads(handle)["nodes"]:
+        os.killpg(node["pgid"], signal.SIGKILL)  # agent + torchrun; the ranks live on in their sessions
+    obs = wait_until_ended(b, 1, timeout=10)
+    assert obs.status is AttemptStatus.LOST, obs
+    assert "without an exit record" in obs.detail
+    assert not any((tmp_path / "job-1" / "attempt-1" / f"{n}.exit").exists() for n in ("a100-00", "a100-01"))
+    assert_nothing_left(handle, frozenset(workers.values()))
+
+
+@pytest.mark.slow
+def test_time_limit_ends_the_attempt(lab: ClusterSpec, tmp_path: Path) -> None:
+    """The agent enforces the limit itself, so it holds even while the control plane is down."""
+    b = backend(lab, tmp_path)
+    one = (NodeAssignment("l40s-00", (0,)),)
+    handle = b.launch(launch_spec(tmp_path, "--steps", "100000", nodes=one, time_limit_s=4.0))
+    obs = wait_until_ended(b, 1, timeout=30)
+    assert obs.status is AttemptStatus.FAILED, obs
+    assert obs.failed_node == "l40s-00"
+    assert "time limit" in obs.detail
+    assert_nothing_left(handle)
