@@ -84,3 +84,48 @@ def test_replay_with_failures_reports_restarts_and_lost_gpu_hours_per_tenant():
     assert sum(t["lost_gpu_hours"] for t in tenants.values()) == pytest.approx(s["lost_gpu_hours"])
     assert s["jobs_completed"] + s["jobs_failed"] + s["jobs_timed_out"] + s["jobs_unfinished"] \
         == len(trace.jobs)
+
+
+def test_the_twin_follows_the_health_table_and_its_overrides():
+    from grace.core.health import HealthTable
+    from grace.core.policies import get_policy
+    from grace.sim.engine import SimConfig, Simulation
+    from grace.sim.failures import FailureCause
+    from grace.sim.traces.model import TraceJob
+
+    topo = cluster(4)
+    software = (FailureCause("software bug", 1, False, "job-crashed"),)
+    jobs = [TraceJob("long", 0.0, 30 * 86_400.0, 32, preemptible=False)]
+
+    def run(table: HealthTable | None) -> dict:
+        model = FailureModel(gpu_mtbf_h=500, causes=software, repair_s=3600)
+        sim = Simulation(topo, jobs, SimConfig(policy=get_policy("grace"), failures=model,
+                                               health_table=table, until_s=10 * 86_400.0))
+        sim.metrics.set_horizon(10 * 86_400.0)
+        return sim.run().summary
+
+    default = run(None)
+    assert default["job_failures"] > 0
+    # application errors restart the job where it is: no node ever leaves service, so a
+    # 32-GPU job on a 32-GPU cluster keeps running
+    assert default["lemons_flagged"] > 0  # app-level errors still count toward lemons
+    drained = run(HealthTable.default().with_overrides({"job-crashed": "drain-and-diagnose"}))
+    # now every failure drains a node for an hour and the full-cluster job must wait
+    assert drained["gpu_allocation"] < default["gpu_allocation"]
+
+
+def test_a_wave_of_hardware_failures_trips_the_circuit_breaker():
+    from grace.core.policies import get_policy
+    from grace.sim.engine import SimConfig, Simulation
+    from grace.sim.traces.model import TraceJob
+
+    topo = cluster(10)
+    hardware = (LLAMA3_CAUSES[0],)  # faulty GPU: drain and reset
+    model = FailureModel(gpu_mtbf_h=2, causes=hardware, repair_s=7200)
+    jobs = [TraceJob(str(i), 0.0, 86_400.0, 8) for i in range(10)]
+    sim = Simulation(topo, jobs, SimConfig(policy=get_policy("grace"), failures=model,
+                                           until_s=86_400.0))
+    sim.metrics.set_horizon(86_400.0)
+    s = sim.run().summary
+    assert s["breaker_trips"] == 1  # trips once and stays open until a person resets it
+    assert sim.health is not None and sim.health.breaker_open

@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 
 from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
+from grace.core.health import (
+    BreakerTripped,
+    DrainNode,
+    HealthMonitor,
+    HealthTable,
+    LemonFlagged,
+    RestartJobs,
+    ReturnNode,
+    RunDiagnostic,
+    Signal,
+    SignalKind,
+)
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import SliceRequest, WholeRequest
 from grace.core.policies import QueuePolicy
@@ -71,6 +83,7 @@ class SimConfig:
     restart_policy: RestartPolicy = field(
         default_factory=lambda: RestartPolicy(exclude_failed_node=False))
     until_s: float | None = None  # stop the clock here (what-if runs of one long job)
+    health_table: HealthTable | None = None  # None: the default table (core.health)
 
 
 class TraceCompiler:
@@ -137,8 +150,10 @@ class Simulation:
         self.metrics = MetricsRecorder(topo)
         self.node_jobs: dict[int, set[JobId]] = {}
         self.lemons: frozenset[int] = frozenset()
+        self.health: HealthMonitor | None = None
         self._compile(jobs)
         if config.failures is not None:
+            self.health = HealthMonitor([n.name for n in topo.nodes], config.health_table)
             horizon = config.until_s or self._failure_horizon(jobs)
             failures, self.lemons = draw_failures(topo, config.failures, horizon, config.seed)
             for f in failures:
@@ -195,7 +210,7 @@ class Simulation:
                 elif kind == EventKind.NODE_FAIL:
                     self._node_failed(payload, now)
                 elif kind == EventKind.NODE_RETURN:
-                    state.set_node_usable(payload, True)
+                    self._diagnostic_done(*payload, now)
             result = decide(state, now)
             if result.changed:
                 self._apply(result, now)
@@ -270,19 +285,48 @@ class Simulation:
         return self.state.finish(job.pending.id, now)
 
     def _node_failed(self, failure: NodeFailure, now: float) -> None:
+        """A failure becomes a health signal; the health table decides, as it does live."""
+        assert self.health is not None and self.config.failures is not None
         state = self.state
         node = failure.node
-        if not state.capacity.usable[node]:
-            return  # already out for repair
+        name = self.topo.nodes[node].name
+        kind_text, _, code = failure.cause.signal.partition(":")
+        signal = Signal(name, SignalKind(kind_text), now, int(code) if code else None,
+                        failure.cause.name)
+        decisions = self.health.observe(signal)
+        if not decisions:
+            return  # out of service already, or informational
         self.metrics.node_failures += 1
-        victims = sorted(self.node_jobs.get(node, ()))
-        kind = FailureKind.NODE if failure.cause.drains_node else FailureKind.APPLICATION
-        if failure.cause.drains_node:
+        drained = any(isinstance(d, DrainNode) for d in decisions)
+        for d in decisions:
+            if isinstance(d, LemonFlagged):
+                self.metrics.lemons_flagged += 1
+            elif isinstance(d, BreakerTripped):
+                self.metrics.breaker_trips += 1
+        if drained:
             state.set_node_usable(node, False)
-            assert self.config.failures is not None
-            self.events.push(now + self.config.failures.repair_s, EventKind.NODE_RETURN, node)
-        for jid in victims:
-            self._job_failed(self.jobs[jid], node, kind, now)
+        if any(isinstance(d, RestartJobs) for d in decisions):
+            kind = FailureKind.NODE if drained else FailureKind.APPLICATION
+            for jid in sorted(self.node_jobs.get(node, ())):
+                self._job_failed(self.jobs[jid], node, kind, now)
+        if drained:
+            self._follow_health(node, self.health.jobs_left(name, now), now)
+
+    def _follow_health(self, node: int, decisions: list, now: float) -> None:
+        """Diagnostics take time on the virtual clock; a passed level 3 returns the node."""
+        f = self.config.failures
+        assert f is not None
+        for d in decisions:
+            if isinstance(d, RunDiagnostic):
+                wait = f.level3_s if d.level >= 3 else max(0.0, f.repair_s - f.level3_s)
+                self.events.push(now + wait, EventKind.NODE_RETURN, (node, d.level))
+            elif isinstance(d, ReturnNode):
+                self.state.set_node_usable(node, True)
+
+    def _diagnostic_done(self, node: int, level: int, now: float) -> None:
+        assert self.health is not None
+        name = self.topo.nodes[node].name
+        self._follow_health(node, self.health.diagnostic_result(name, True, now, level), now)
 
     def _job_failed(self, job: SimJob, node: int, kind: FailureKind, now: float) -> None:
         before = job.remaining_base_s

@@ -24,29 +24,38 @@ from grace.core.topology import Topology
 
 @dataclass(frozen=True)
 class FailureCause:
+    """A root cause, how often Llama 3 saw it, and the health signal it raises.
+
+    ``signal`` is a key of the health table (``core.health``): what Grace does
+    with the failure (drain and reset, drain and diagnose, restart the job only)
+    comes from that one table, in the twin as live. ``drains_node`` states what
+    the default table does, for documentation and tests.
+    """
+
     name: str
     count: int  # occurrences in Llama 3's Table 5
     drains_node: bool
+    signal: str = "preflight-failed"
 
 
 #: Llama 3 Table 5 root causes of the 419 unexpected interruptions.
 LLAMA3_CAUSES: tuple[FailureCause, ...] = (
-    FailureCause("faulty GPU", 148, True),
-    FailureCause("GPU HBM3 memory", 72, True),
-    FailureCause("software bug", 54, False),
-    FailureCause("network switch/cable", 35, True),
-    FailureCause("unplanned host maintenance", 32, True),
-    FailureCause("GPU SRAM memory", 19, True),
-    FailureCause("GPU system processor", 17, True),
-    FailureCause("NIC", 7, True),
-    FailureCause("NCCL watchdog timeout", 7, False),
-    FailureCause("silent data corruption", 6, True),
-    FailureCause("GPU thermal interface/sensor", 6, True),
+    FailureCause("faulty GPU", 148, True, "xid:79"),
+    FailureCause("GPU HBM3 memory", 72, True, "xid:95"),
+    FailureCause("software bug", 54, False, "job-crashed"),
+    FailureCause("network switch/cable", 35, True, "preflight-failed"),
+    FailureCause("unplanned host maintenance", 32, True, "preflight-failed"),
+    FailureCause("GPU SRAM memory", 19, True, "xid:140"),
+    FailureCause("GPU system processor", 17, True, "xid:119"),
+    FailureCause("NIC", 7, True, "preflight-failed"),
+    FailureCause("NCCL watchdog timeout", 7, False, "heartbeat-missing"),
+    FailureCause("silent data corruption", 6, True, "xid:48"),
+    FailureCause("GPU thermal interface/sensor", 6, True, "preflight-failed"),
     FailureCause("SSD", 3, True),
     FailureCause("power supply", 3, True),
     FailureCause("server chassis", 2, True),
     FailureCause("IO expansion board", 2, True),
-    FailureCause("dependency", 2, False),
+    FailureCause("dependency", 2, False, "job-crashed"),
     FailureCause("CPU", 2, True),
     FailureCause("system memory", 2, True),
 )
@@ -60,7 +69,8 @@ class FailureModel:
     causes: tuple[FailureCause, ...] = LLAMA3_CAUSES
     lemon_share: float = 0.0  # share of nodes that fail ``lemon_factor`` times as often
     lemon_factor: float = 10.0
-    repair_s: float = 4 * 3600.0  # drained node back after repair and a level-3 diagnostic
+    repair_s: float = 4 * 3600.0  # drain to return: repair, then the level-3 diagnostic
+    level3_s: float = 15 * 60.0  # DCGM level 3 (~15 min, NVIDIA), the last part of repair_s
     restart_s: float = 600.0  # failure to training again: detect, reschedule, load
     checkpoint_s: float = 60.0  # time training blocks per checkpoint (async save)
     checkpoint_interval_s: float | None = None  # None: Daly's interval per job

@@ -55,6 +55,8 @@ class MetricsRecorder:
         self.node_failures = 0
         self.job_failures = 0
         self.restarts = 0
+        self.lemons_flagged = 0
+        self.breaker_trips = 0
         self.series: dict[str, list[float]] = {"t_s": [], "allocated_gpus": [], "queued_jobs": []}
         self._sample_every = 0.0
 
@@ -124,6 +126,8 @@ class MetricsRecorder:
             "node_failures": self.node_failures,
             "job_failures": self.job_failures,
             "restarts": self.restarts,
+            "lemons_flagged": self.lemons_flagged,
+            "breaker_trips": self.breaker_trips,
             "lost_gpu_hours": sum(j.lost_gpu_s for j in jobs) / 3600.0,
             "checkpoint_gpu_hours": sum(j.checkpoint_gpu_s for j in jobs) / 3600.0,
             "events": events,
