@@ -206,6 +206,10 @@ class LocalBackend:
                     log.warning("job %s attempt %s already launched; adopted it", *key)
                     return old
             if attempt_dir.exists():
+                # A launch cut short before launch.json: kill whatever it had started.
+                pending = read_json(attempt_dir / "launching.json")
+                if pending is not None:
+                    self._kill_token(str(pending.get("token")))
                 attempt_dir.rename(attempt_dir.with_name(f"{attempt_dir.name}.stale-{time.time():.0f}"))
             return self._start(spec, attempt_dir)
 
@@ -310,7 +314,11 @@ class LocalBackend:
     def _cuda_ids(self, node: str, slots: tuple[int, ...]) -> tuple[int, ...]:
         """Slots -> CUDA ids: identity on a spec cluster, NVML indexes on a real one."""
         real = self._slots.get(node)
-        return tuple(real[s] for s in slots) if real is not None else slots
+        if real is None:
+            return slots
+        if any(not 0 <= s < len(real) for s in slots):
+            raise ValueError(f"node {node} has GPU slots 0..{len(real) - 1}, asked for {list(slots)}")
+        return tuple(real[s] for s in slots)
 
     def _command(self, command: tuple[str, ...]) -> list[str]:
         """``python`` means this interpreter, so jobs run in the control plane's environment."""
@@ -343,6 +351,9 @@ class LocalBackend:
         (attempt_dir / "ranks").mkdir(parents=True)
         (workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
         port, token = _free_port(), uuid.uuid4().hex[:16]
+        # The token goes to disk before any process exists, so a control plane that
+        # dies mid-launch leaves a way to find (and kill) a half-started gang.
+        write_json_atomic(attempt_dir / "launching.json", {"token": token, "at": time.time()})
         rank_cmd = [
             sys.executable,
             "-m",
@@ -470,10 +481,19 @@ class LocalBackend:
 
     def _kill_strays(self, a: _Attempt) -> None:
         """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest."""
+        self._kill_token(a.token)
+
+    @staticmethod
+    def _kill_token(token: str) -> None:
+        """SIGKILL every process carrying the token (and its group) until none is left."""
         for _ in range(20):
-            if not processes_with_token(a.token):
+            left = processes_with_token(token)
+            if not left:
                 return
-            self._signal_all(a, signal.SIGKILL)
+            local_agent.signal_groups(left.values(), signal.SIGKILL)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
 
     def _tear_down(self, a: _Attempt) -> None:

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,28 @@ def _sweep(token: str, node_index: int, own_pid: int, grace_s: float) -> None:
         left = processes_with_token(token, node_index, exclude=[own_pid])
 
 
+def _wait(
+    proc: subprocess.Popen[bytes], node: str, time_limit_s: float | None, sweep: Callable[[float], None]
+) -> tuple[int, str]:
+    """torchrun's exit code and why it ended; past the time limit, end it (SIGTERM, then SIGKILL)."""
+    try:
+        return proc.wait(timeout=time_limit_s), "exited"
+    except subprocess.TimeoutExpired:
+        pass
+    print(
+        f"grace agent: time limit of {time_limit_s:g}s reached; ending node {node}",
+        file=sys.stderr,
+        flush=True,
+    )
+    proc.terminate()
+    sweep(AGENT_KILL_GRACE_S)
+    try:
+        return proc.wait(timeout=AGENT_KILL_GRACE_S), "time_limit"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(), "time_limit"
+
+
 def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: list[str]) -> int:
     """Supervise torchrun for one node; always leave ``<node>.exit`` behind if we live to."""
     me = os.getpid()
@@ -165,36 +187,19 @@ def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: li
     )
     _shield()
     token, _, index = os.environ.get(TOKEN_ENV, "").rpartition(":")
-    reason = "exited"
+
+    def sweep(grace_s: float) -> None:
+        if token and index.isdigit():
+            _sweep(token, int(index), me, grace_s)
+
     try:
         proc = subprocess.Popen(argv)  # same process group: killpg(agent) reaches torchrun
     except OSError as e:
         print(f"grace agent: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
-        code = 127
+        code, reason = 127, "exec_failed"
     else:
-        deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-        code = None
-        while code is None:
-            try:
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                reason = "time_limit"
-                print(
-                    f"grace agent: time limit of {time_limit_s:g}s reached; ending node {node}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                proc.terminate()
-                if token and index.isdigit():
-                    _sweep(token, int(index), me, AGENT_KILL_GRACE_S)
-                try:
-                    code = proc.wait(timeout=AGENT_KILL_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    code = proc.wait()
-    if token and index.isdigit():  # workers torchrun orphaned: they live in sessions of their own
-        _sweep(token, int(index), me, 2.0)
+        code, reason = _wait(proc, node, time_limit_s, sweep)
+    sweep(2.0)  # workers torchrun orphaned: they live in sessions of their own
     write_json_atomic(
         attempt_dir / f"{node}.exit",
         {"node": node, "exit_code": code, "reason": reason, "ended_at": time.time()},
