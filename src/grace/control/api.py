@@ -8,6 +8,7 @@ writes it opens.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,14 @@ class QuotaRequest(BaseModel):
 
 
 def _problems(err: ValidationError, prefix: str = "") -> list[dict[str, str]]:
-    return [{"field": p.path, "message": p.message}
+    return [{"field": p.path or _field_named_in(p.message), "message": p.message}
             for p in from_validation_error("request", err, prefix).problems]
+
+
+def _field_named_in(message: str) -> str:
+    """A check across fields has no path of its own: name the first JobSpec field its
+    message mentions ("gpus=2.5: only jobs under one GPU ..." is about ``gpus``)."""
+    return next((w for w in re.findall(r"\b[a-z_]+\b", message) if w in JobSpec.model_fields), "")
 
 
 def create_app(store: Store, topo: Topology, state_dir: Path) -> FastAPI:

@@ -90,7 +90,11 @@ class Reconciler:
         recorded = getattr(self.backend, "recorded_handles", dict)()
         attempts = [(j, n, h or recorded.get((j, n), "")) for j, n, h in attempts]
         for job_id, number, handle in attempts:
-            alive = self.backend.adopt(job_id, number, handle)
+            try:  # no handle: it died before the launch; a bad one cannot be re-attached either
+                alive = bool(handle) and self.backend.adopt(job_id, number, handle)
+            except ValueError as e:
+                log.warning("job %s attempt %s cannot be adopted (%s): lost", job_id, number, e)
+                alive = False
             with self.store.transaction() as s:
                 job = repo.get_job(s, job_id)
                 attempt = _attempt(job, number)
@@ -113,7 +117,7 @@ class Reconciler:
         for obs in self.backend.poll():
             self._observe(obs, now, report)
         self._cancellations(now)
-        state, pending_jobs = self._snapshot(now)
+        state, pending_jobs, reasons = self._snapshot(now)
         result = decide(state, now)
         for stop in result.stops:
             self._stop(int(stop.job_id), now, "timeout: passed its runtime_limit",
@@ -122,71 +126,98 @@ class Reconciler:
             self._preempt(int(p.job_id), now, f"preempted ({p.reason}) for job {p.for_job}")
         for start in result.starts:
             self._start(pending_jobs[start.job_id], start.placement, now, report)
-        self._record_reasons(result, pending_jobs)
+        self._record_reasons(result, pending_jobs, reasons)
         report.pending = len(state.pending) - len(result.starts)
         report.running = len(state.running) + len(result.starts)
         report.seconds = time.perf_counter() - t0
         return report
 
     def _snapshot(self, now: float) -> tuple:
-        with self.store.transaction() as s:
+        # a read transaction: on SQLite a write one would hold the lock that every
+        # submission needs for the whole snapshot; the rare writes come after it
+        failed: list[tuple[int, str]] = []  # jobs that can no longer run on this cluster
+        with self.store.read() as s:
             quotas = {t.name: TenantQuota(
                 guaranteed_gpus=t.guaranteed_gpus if t.guaranteed_gpus is not None else float("inf"),
                 borrow_limit_gpus=t.borrow_limit_gpus if t.borrow_limit_gpus is not None
                 else float("inf"),
                 weight=t.weight, preemptions_per_hour=t.preemptions_per_hour)
                 for t in repo.tenants(s)}
-            unusable = {n.name for n in repo.nodes(s) if str(n.state) not in IN_SERVICE}
+            node_rows = repo.nodes(s)
+            unusable = {n.name for n in node_rows if str(n.state) not in IN_SERVICE}
             # every live attempt holds its GPUs, even one whose job was just preempted or
             # stopped and whose processes are still ending; such a job waits for them
-            running = []
+            running, ending = [], []
             holding: set[int] = set()
             busy_nodes: set[str] = set()
+            unplaceable: list[tuple[int, int]] = []  # live attempts of jobs that failed to compile
             for a in repo.running_attempts(s):
                 if a.job_id in holding:
                     continue
-                pj = self._compile(a.job)
+                pj = self._compile(a.job, failed)
                 if pj is None:
+                    unplaceable.append((a.job_id, a.number))
                     continue
                 holding.add(a.job_id)
                 busy_nodes.update(e["node"] for e in a.placement_json)
-                running.append((pj, nodes_to_placement(self.topo, a.placement_json),
-                                a.started_at or now))
+                (running if a.job.state == JobState.RUNNING else ending).append(
+                    (pj, nodes_to_placement(self.topo, a.placement_json), a.started_at or now))
             pending: dict[JobId, PendingJob] = {}
+            reasons: dict[int, str | None] = {}  # as stored: _record_reasons writes only changes
             for job in repo.jobs_in_states(s, [JobState.PENDING]):
                 if job.id in holding:
                     continue
-                pj = self._compile(job)
+                pj = self._compile(job, failed)
                 if pj is not None:
                     pending[JobId(job.id)] = pj
-            for n in repo.nodes(s):
-                if str(n.state) == "draining" and n.name not in busy_nodes:
-                    repo.set_node_state(s, n.name, "drained", "its last job left",
-                                        n.actor or "grace", now)
+                    reasons[job.id] = job.reason
+            drained = [n.name for n in node_rows
+                       if str(n.state) == "draining" and n.name not in busy_nodes]
+        if failed or drained:
+            with self.store.transaction() as s:
+                for job_id, why in failed:
+                    job = repo.get_job(s, job_id)
+                    if job.state in (JobState.PENDING, JobState.RUNNING):
+                        repo.set_job_state(s, job, JobState.FAILED, now, why,
+                                           JobEventKind.FAILED, {"reason": why})
+                for n in repo.nodes(s) if drained else ():
+                    if n.name in drained and str(n.state) == "draining":  # not resumed since
+                        repo.set_node_state(s, n.name, "drained", "its last job left",
+                                            n.actor or "grace", now)
+        for job_id, number in unplaceable:
+            self.backend.cancel(job_id, number)
         state = build_state(self.topo, self.policy, quotas, running, list(pending.values()),
-                            unusable)
-        return state, pending
+                            unusable, ending)
+        return state, pending, reasons
 
-    def _compile(self, job) -> PendingJob | None:
+    def _compile(self, job, failed: list[tuple[int, str]]) -> PendingJob | None:
+        """The job as core sees it; None, and the job noted in ``failed``, if it can no
+        longer run on this cluster."""
         try:
             return self.compiler.compile(job.id, job.restarts, job.spec_json, job.submitted_at,
                                          job.exclude_nodes or [])
         except JobCompileError as e:
-            with self.store.transaction() as s:
-                row = repo.get_job(s, job.id)
-                repo.set_job_state(s, row, JobState.FAILED, self.clock(), str(e),
-                                   JobEventKind.FAILED, {"reason": str(e)})
+            if job.state in (JobState.PENDING, JobState.RUNNING):
+                failed.append((job.id, str(e)))
             return None
 
-    def _record_reasons(self, result, pending_jobs: dict[JobId, PendingJob]) -> None:
+    def _record_reasons(self, result, pending_jobs: dict[JobId, PendingJob],
+                        known: dict[int, str | None]) -> None:
+        """Why each job still waits, written where it changed: a steady cycle writes nothing."""
         started = {s.job_id for s in result.starts}
+        changed: dict[int, str] = {}
+        for jid, pj in pending_jobs.items():
+            reason = None if jid in started else result.reason_for(pj)
+            if reason is not None and str(reason) != known.get(int(jid)):
+                changed[int(jid)] = str(reason)
+        if not changed:
+            return
         with self.store.transaction() as s:
-            for jid, pj in pending_jobs.items():
-                if jid in started:
-                    continue
-                reason = result.reason_for(pj)
-                if reason is not None:
-                    repo.set_pending_reason(s, int(jid), str(reason))
+            # one query for them all, not one per job (held: the session only keeps weak refs)
+            loaded = repo.jobs_in_states(s, [JobState.PENDING]) if len(changed) > 20 else []
+            for jid, reason in changed.items():
+                repo.set_pending_reason(s, jid, reason)
+            del loaded
 
     # ----------------------------------------------------------------- apply
     def _start(self, pj: PendingJob, placement, now: float, report: CycleReport) -> None:
@@ -198,8 +229,7 @@ class Reconciler:
             number = job.attempts_count + 1
             workdir = self.state_dir / "jobs" / str(job.id)
             resumed = _latest_checkpoint(workdir)
-            attempt = repo.start_attempt(s, job, [{"node": g.node, "gpus": list(g.gpus)}
-                                                  for g in gang],
+            attempt = repo.start_attempt(s, job, [g.to_json() for g in gang],
                                          self.backend.name, None, now, resumed_from=resumed)
             spec = dict(job.spec_json)
             command = tuple(spec.get("command") or ())
@@ -239,8 +269,9 @@ class Reconciler:
                      AttemptStatus.CANCELLED: AttemptState.CANCELLED,
                      AttemptStatus.LOST: AttemptState.LOST}.get(obs.status, AttemptState.FAILED)
             kind = _failure_kind(obs)
-            repo.end_attempt(s, attempt, state, now, obs.exit_code, kind, obs.failed_node,
-                             obs.detail)
+            repo.end_attempt(s, attempt, state, now, obs.exit_code,
+                             kind if state in (AttemptState.FAILED, AttemptState.LOST) else None,
+                             obs.failed_node, obs.detail)
             report.ended.append(job.id)
             if job.state != JobState.RUNNING:
                 return
@@ -285,7 +316,7 @@ class Reconciler:
         report.requeued.append(job.id)
 
     def _cancellations(self, now: float) -> None:
-        with self.store.transaction() as s:
+        with self.store.read() as s:
             wanted = [(j.id, j.state, j.attempts_count) for j in repo.cancel_requested(s)]
         for job_id, state, attempts in wanted:
             if state == JobState.PENDING:
@@ -295,18 +326,23 @@ class Reconciler:
             elif state == JobState.RUNNING:
                 self.backend.cancel(job_id, attempts)
 
+    # A stopped or preempted job's attempt holds its GPUs until the backend reports it ended,
+    # so decide may name it again meanwhile: the job moves once, the cancel is repeated.
     def _stop(self, job_id: int, now: float, reason: str, kind: JobEventKind) -> None:
         with self.store.transaction() as s:
             job = repo.get_job(s, job_id)
             attempts = job.attempts_count
-            repo.set_job_state(s, job, JobState.FAILED, now, reason, kind, {})
+            if job.state == JobState.RUNNING:
+                repo.set_job_state(s, job, JobState.FAILED, now, reason, kind, {})
         self.backend.cancel(job_id, attempts)
 
     def _preempt(self, job_id: int, now: float, reason: str) -> None:
         with self.store.transaction() as s:
             job = repo.get_job(s, job_id)
             attempts = job.attempts_count
-            repo.set_job_state(s, job, JobState.PENDING, now, reason, JobEventKind.PREEMPTED, {})
+            if job.state == JobState.RUNNING:
+                repo.set_job_state(s, job, JobState.PENDING, now, reason,
+                                   JobEventKind.PREEMPTED, {})
         self.backend.cancel(job_id, attempts)
 
 

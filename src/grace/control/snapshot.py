@@ -7,10 +7,11 @@ after submission. The cache is only a cache; the store stays the truth.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from grace.core.capacity import Placement
+from grace.core.capacity import FreeCapacity, Placement, Slice
 from grace.core.jobs import JobCompileError, JobId, PendingJob, compile_job
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import TenantQuota
@@ -21,29 +22,52 @@ from grace.spec.job import JobSpec
 
 @dataclass(frozen=True)
 class GangNode:
-    """One node of a placement as the store keeps it: a name and local GPU slots."""
+    """One node of a placement as the store keeps it: a name and local GPU slots.
+
+    ``slices`` are the slots of ``gpus`` the job only shares (MIG or fractional), as
+    (slot, compute units, memory units, profile): without them a restart of the
+    snapshot would take two jobs sharing one GPU for two jobs holding it whole.
+    """
 
     node: str
     gpus: tuple[int, ...]
+    slices: tuple[tuple[int, int, int, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The store's form (an entry of ``Attempt.placement_json``)."""
+        out: dict[str, Any] = {"node": self.node, "gpus": list(self.gpus)}
+        if self.slices:
+            out["slices"] = [{"gpu": g, "compute": c, "memory": m, "profile": p}
+                             for g, c, m, p in self.slices]
+        return out
 
 
 def placement_to_nodes(topo: Topology, placement: Placement) -> list[GangNode]:
     by_node: dict[int, list[int]] = {}
+    sliced: dict[int, list[tuple[int, int, int, str]]] = {}
     for g in placement.gpus:
         n = topo.gpu_node[g]
         by_node.setdefault(n, []).append(g - topo.nodes[n].gpu_base)
     for s in placement.slices:
         n = topo.gpu_node[s.gpu]
-        by_node.setdefault(n, []).append(s.gpu - topo.nodes[n].gpu_base)
-    return [GangNode(topo.nodes[n].name, tuple(sorted(gs))) for n, gs in by_node.items()]
+        local = s.gpu - topo.nodes[n].gpu_base
+        by_node.setdefault(n, []).append(local)
+        sliced.setdefault(n, []).append((local, s.compute, s.memory, s.profile))
+    return [GangNode(topo.nodes[n].name, tuple(sorted(gs)), tuple(sliced.get(n, ())))
+            for n, gs in by_node.items()]
 
 
 def nodes_to_placement(topo: Topology, nodes: list[dict[str, Any]]) -> Placement:
     gpus: list[int] = []
+    slices: list[Slice] = []
     for entry in nodes:
         info = topo.nodes[topo.by_name[entry["node"]]]
-        gpus.extend(info.gpu_base + g for g in entry["gpus"])
-    return Placement(gpus=tuple(sorted(gpus)))
+        shared = entry.get("slices") or ()
+        slots = {s["gpu"] for s in shared}
+        gpus.extend(info.gpu_base + g for g in entry["gpus"] if g not in slots)
+        slices.extend(Slice(info.gpu_base + s["gpu"], int(s["compute"]), int(s["memory"]),
+                            s.get("profile") or "") for s in shared)
+    return Placement(gpus=tuple(sorted(gpus)), slices=tuple(slices))
 
 
 class JobCompiler:
@@ -80,8 +104,14 @@ class JobCompiler:
 
 def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuota],
                 running: list[tuple[PendingJob, Placement, float]],
-                pending: list[PendingJob], unusable_nodes: set[str]) -> SchedulerState:
-    """A fresh SchedulerState: running gangs allocated, waiting jobs queued, drained nodes out."""
+                pending: list[PendingJob], unusable_nodes: set[str],
+                ending: Iterable[tuple[PendingJob, Placement, float]] = ()) -> SchedulerState:
+    """A fresh SchedulerState: running gangs allocated, waiting jobs queued, drained nodes out.
+
+    ``ending`` are live attempts of jobs already stopped or preempted: they hold their
+    GPUs until the backend reports them ended, except GPUs that a start in the same
+    cycle was already given (``decide`` counts a victim's GPUs as free at once).
+    """
     state = SchedulerState(topo, policy, quotas)
     for node in unusable_nodes:
         if node in topo.by_name:
@@ -89,9 +119,29 @@ def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuo
     for job, placement, started_at in running:
         state.submit(job)
         state.start(JobId(job.id), placement, started_at)
+    for job, placement, started_at in ending:
+        if _free(state.capacity, placement):
+            state.submit(job)
+            state.start(JobId(job.id), placement, started_at)
     for job in pending:
         state.submit(job)
     return state
+
+
+def _free(cap: FreeCapacity, placement: Placement) -> bool:
+    """Is every GPU and slice of ``placement`` still free in ``cap``?"""
+    topo = cap.topo
+    for g in (*placement.gpus, *(s.gpu for s in placement.slices)):
+        node = topo.gpu_node[g]
+        if cap.free_mask[node] >> (g - topo.nodes[node].gpu_base) & 1:
+            continue
+        cur = cap.slice_free.get(g)
+        if cur is None or g in placement.gpus:
+            return False
+        s = next(s for s in placement.slices if s.gpu == g)
+        if cur[0] < s.compute or cur[1] < s.memory:
+            return False
+    return True
 
 
 __all__ = ["GangNode", "JobCompileError", "JobCompiler", "build_state", "nodes_to_placement",

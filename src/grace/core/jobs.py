@@ -141,7 +141,7 @@ def compile_job(
             models = tuple(m for m in models if m in slices)
     if not slices:
         whole = WholeRequest(int(spec.gpus), spec.gpus_per_node)
-        biggest = max(topo.nodes[i].gpus for i in range(len(topo.nodes)))
+        biggest = topo.max_node_gpus
         if whole.per_node and whole.per_node > biggest:
             raise JobCompileError(
                 f"job {spec.name!r} asks {whole.per_node} GPUs per node; the largest node in "

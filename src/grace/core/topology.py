@@ -68,8 +68,13 @@ class Topology:
             self.gpu_node.extend([n.index] * n.gpus)
             if n.shareable_gpus:
                 self.shareable_models.add(n.gpu_model)
+        self._max_node_gpus = max((n.gpus for n in self.nodes), default=0)
         if not self.leaf_names:
             self.leaf_names = [f"leaf-{i}" for i in range(n_leaves)]
+
+    @property
+    def max_node_gpus(self) -> int:
+        return self._max_node_gpus
 
     @property
     def total_gpus(self) -> int:

@@ -1,0 +1,433 @@
+"""The live control plane under load: API throughput and latency, reconcile cycle time.
+
+Setup: a store (a SQLite file by default, ``--db URL`` for PostgreSQL, where a
+fresh schema is made and dropped) holding 10,000 jobs on the 16,384-GPU
+``examples/clusters/h100-16k.yaml``: 7,000 completed, 2,000 running (8 GPUs
+each, 16,000 GPUs busy) and 1,000 pending, of the Philly size mix scaled up so
+most wait; each with its attempts and events, as the control plane writes them.
+
+1. Reconcile: ``Reconciler.cycle`` in this process with a no-op backend
+   double (every attempt "runs" forever; nothing is launched). The first cycle
+   places what fits; the next ``--cycles`` are the steady state with ~1,000
+   jobs pending: poll, snapshot (the store's running and waiting jobs), decide,
+   record why each job waits.
+2. API: the FastAPI app served by uvicorn in a subprocess on loopback (API
+   only: no reconciler competes for the database), driven with httpx over
+   keep-alive connections. Latency: ``--requests`` sequential calls of each of
+   ``GET /jobs?limit=200``, ``GET /jobs/{id}`` (random ids) and ``POST /jobs``.
+   Throughput: ``--submissions`` POSTs from ``--clients`` concurrent clients.
+
+Prints one JSON object on its last line: ``submissions_per_s``, ``api_p99_ms``
+(the worst endpoint's p99) with ``api_p99_ms_by_endpoint`` and
+``api_p50_ms_by_endpoint``, ``reconcile_cycle_ms`` ({p50, p99, max} of the
+steady cycles, plus the first cycle and how many jobs it started).
+
+Run: ``python benchmarks/control_plane.py [--db postgresql://...] [--profile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from sqlalchemy import insert, text
+from sqlalchemy.engine import make_url
+
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.control.reconciler import Reconciler
+from grace.control.store.db import Store, make_engine
+from grace.control.store.models import Attempt, Job, JobEvent, Tenant
+from grace.core.policies import get_policy
+from grace.core.topology import Topology
+from grace.spec.cluster import ClusterSpec
+from grace.spec.job import JobSpec
+from grace.spec.loader import load_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "examples" / "clusters" / "h100-16k.yaml"
+TENANTS = ("vision", "speech", "nlp", "research")
+#: Philly's sizes (benchmarks/scheduler.py) times 8: on a full 16k cluster most of them wait.
+PENDING_SIZES = {8: 76627, 16: 1818, 32: 1870, 64: 1643, 128: 199, 256: 67, 512: 6, 1024: 3}
+COMMAND = ["python", "train.py"]
+
+
+# ---------------------------------------------------------------- the backend double
+class NoopBackend:
+    """Launches nothing; every attempt it was given runs until cancelled."""
+
+    name = "noop"
+    capabilities = frozenset({"launch", "cancel", "poll", "adopt"})
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.cluster = cluster
+        self.live: set[tuple[int, int]] = set()
+        self.launched = 0
+
+    def inventory(self) -> ClusterSpec:
+        return self.cluster
+
+    def launch(self, spec: LaunchSpec) -> str:
+        self.live.add((spec.job_id, spec.attempt))
+        self.launched += 1
+        return json.dumps({"job_id": spec.job_id, "attempt": spec.attempt})
+
+    def poll(self) -> list[Observation]:
+        return [Observation(j, a, AttemptStatus.RUNNING) for j, a in self.live]
+
+    def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
+        self.live.discard((job_id, attempt))
+
+    def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
+        self.live.add((job_id, attempt))
+        return True
+
+    def drain(self, node: str, reason: str) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- the store
+@contextlib.contextmanager
+def database(db: str | None, workdir: Path) -> Iterator[str]:
+    """A URL to an empty database: a SQLite file in ``workdir``, or a fresh PostgreSQL schema."""
+    if db is None:
+        yield f"sqlite:///{workdir / 'grace.sqlite'}"
+        return
+    schema = f"grace_bench_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(db)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = make_url(db).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def seed(store: Store, topo: Topology, n_jobs: int, n_running: int, n_pending: int,
+         rng: random.Random) -> dict[str, int]:
+    """Bulk-insert jobs, attempts and events shaped like the control plane's own rows."""
+    now = time.time()
+    n_done = n_jobs - n_running - n_pending
+    sizes, weights = zip(*PENDING_SIZES.items(), strict=True)
+    jobs: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    specs: dict[tuple, dict[str, Any]] = {}
+
+    def spec_json(gpus: int, tenant: str, priority: int, estimate: float) -> dict[str, Any]:
+        key = (gpus, tenant, priority, estimate)
+        if key not in specs:
+            specs[key] = JobSpec.model_validate({
+                "name": "bench", "tenant": tenant, "gpus": gpus, "priority": priority,
+                "runtime_estimate": estimate, "command": COMMAND}).model_dump(mode="json")
+        return specs[key]
+
+    for i in range(n_jobs):
+        jid = i + 1
+        tenant = TENANTS[i % len(TENANTS)]
+        submitted = now - 86_400 + i
+        if i < n_done:
+            state, gpus, node = "completed", 8, topo.nodes[i % len(topo.nodes)].name
+        elif i < n_done + n_running:
+            state, gpus, node = "running", 8, topo.nodes[i - n_done].name
+        else:
+            state, gpus, node = "pending", rng.choices(sizes, weights)[0], None
+        priority = rng.choice((0, 0, 0, 1, 5))
+        estimate = float(rng.choice((3600, 4 * 3600, 24 * 3600)))
+        spec = dict(spec_json(gpus, tenant, priority, estimate), name=f"bench-{jid:05d}")
+        started = submitted + 60 if state != "pending" else None
+        ended = started + 3600 if state == "completed" else None
+        jobs.append({"id": jid, "name": spec["name"], "tenant": tenant, "spec_json": spec,
+                     "state": state, "priority": priority, "workload_class": "experiment",
+                     "gpus": float(gpus), "submitted_at": submitted, "started_at": started,
+                     "ended_at": ended, "attempts_count": 0 if node is None else 1,
+                     "restarts": 0, "stalled_restarts": 0, "exclude_nodes": [],
+                     "cancel_requested": False,
+                     "reason": "completed" if state == "completed" else None, "version": 1})
+        events.append({"job_id": jid, "at": submitted, "kind": "submitted",
+                       "detail": {"gpus": float(gpus), "tenant": tenant}})
+        if node is None:
+            continue
+        placement = [{"node": node, "gpus": list(range(8))}]
+        attempts.append({"job_id": jid, "number": 1, "placement_json": placement,
+                         "state": "succeeded" if state == "completed" else "running",
+                         "gpus": float(gpus), "backend": "noop",
+                         "handle": json.dumps({"job_id": jid, "attempt": 1}),
+                         "started_at": started, "ended_at": ended,
+                         "exit_code": 0 if state == "completed" else None,
+                         "failure_kind": None, "failed_node": None, "detail": None,
+                         "resumed_from": None})
+        events.append({"job_id": jid, "at": started, "kind": "placed",
+                       "detail": {"from": "pending", "to": "running", "attempt": 1,
+                                  "nodes": placement, "resumed_from": None}})
+        events.append({"job_id": jid, "at": started, "kind": "started", "detail": {"attempt": 1}})
+        if state == "completed":
+            events.append({"job_id": jid, "at": ended, "kind": "completed",
+                           "detail": {"from": "running", "to": "completed", "attempt": 1}})
+    with store.transaction() as s:
+        s.execute(insert(Tenant), [{"name": t, "guaranteed_gpus": None, "borrow_limit_gpus": None,
+                                    "weight": 1.0, "preemptions_per_hour": 20} for t in TENANTS])
+        for chunk in range(0, len(jobs), 2000):
+            s.execute(insert(Job), jobs[chunk:chunk + 2000])
+        for chunk in range(0, len(attempts), 2000):
+            s.execute(insert(Attempt), attempts[chunk:chunk + 2000])
+        for chunk in range(0, len(events), 5000):
+            s.execute(insert(JobEvent), events[chunk:chunk + 5000])
+        if store.dialect == "postgresql":  # explicit ids: move the sequence past them
+            s.execute(text("SELECT setval(pg_get_serial_sequence('jobs', 'id'), "
+                           "(SELECT max(id) FROM jobs))"))
+    return {"jobs": n_jobs, "completed": n_done, "running": n_running, "pending": n_pending,
+            "attempts": len(attempts), "events": len(events)}
+
+
+# ---------------------------------------------------------------- reconcile
+def bench_reconcile(store: Store, topo: Topology, cluster: ClusterSpec, state_dir: Path,
+                    cycles: int, profile: bool) -> dict[str, Any]:
+    backend = NoopBackend(cluster)
+    rec = Reconciler(store, backend, topo, get_policy("grace"), state_dir)
+    with store.read() as s:  # what a restarted control plane would adopt
+        rows = s.execute(text("SELECT job_id, number FROM attempts WHERE state = 'running'"))
+        backend.live.update((int(j), int(n)) for j, n in rows)
+    c0, t0 = time.process_time(), time.perf_counter()
+    first = rec.cycle()
+    first_ms = (time.perf_counter() - t0) * 1000
+    first_cpu_ms = (time.process_time() - c0) * 1000
+    times: list[float] = []
+    cpu: list[float] = []
+    pending: list[int] = []
+    profiler = cProfile.Profile() if profile else None
+    for _ in range(cycles):
+        if profiler:
+            profiler.enable()
+        c0, t0 = time.process_time(), time.perf_counter()
+        report = rec.cycle()
+        times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+        if profiler:
+            profiler.disable()
+        pending.append(report.pending)
+    if profiler:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
+        print(out.getvalue(), file=sys.stderr)
+    return {"p50": round(float(np.percentile(times, 50)), 1),
+            "p99": round(float(np.percentile(times, 99)), 1),
+            "max": round(max(times), 1), "cycles": cycles,
+            "cpu_p50": round(float(np.percentile(cpu, 50)), 1),
+            "pending": int(np.median(pending)), "running": report.running,
+            "first_cycle_ms": round(first_ms, 1), "first_cycle_cpu_ms": round(first_cpu_ms, 1),
+            "first_cycle_started": len(first.started)}
+
+
+# ---------------------------------------------------------------- API
+def serve(url: str, port: int, state_dir: Path, with_reconciler: bool) -> None:
+    """The API (``--serve``) for the parent process to drive; with the reconcile loop of
+    ``grace up`` beside it (one cycle a second, no-op backend) if ``with_reconciler``."""
+    import uvicorn
+
+    from grace.control.api import create_app
+
+    cluster = load_cluster(CLUSTER)
+    topo = Topology.from_spec(cluster)
+    store = Store.open(url)
+    stop = threading.Event()
+    if with_reconciler:
+        backend = NoopBackend(cluster)
+        with store.read() as s:
+            rows = s.execute(text("SELECT job_id, number FROM attempts WHERE state = 'running'"))
+            backend.live.update((int(j), int(n)) for j, n in rows)
+        rec = Reconciler(store, backend, topo, get_policy("grace"), state_dir)
+        rec.cycle()  # the first cycle (compiles every job) before the clients start
+
+        def loop() -> None:
+            while not stop.is_set():
+                rec.cycle()
+                stop.wait(1.0)
+
+        threading.Thread(target=loop, daemon=True).start()
+    try:
+        uvicorn.run(create_app(store, topo, state_dir), host="127.0.0.1", port=port,
+                    log_level="warning", access_log=False)
+    finally:
+        stop.set()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _timed(client: httpx.Client, method: str, path: str, **kw: Any) -> float:
+    t0 = time.perf_counter()
+    r = client.request(method, path, **kw)
+    ms = (time.perf_counter() - t0) * 1000
+    if r.status_code >= 400:
+        raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+    return ms
+
+
+def _body(i: int) -> dict[str, Any]:
+    return {"name": f"submitted-{i}", "tenant": TENANTS[i % len(TENANTS)], "gpus": 8,
+            "runtime_estimate": "4h", "command": COMMAND}
+
+
+def bench_api(url: str, state_dir: Path, n_jobs: int, requests: int, submissions: int,
+              clients: int, rng: random.Random, with_reconciler: bool) -> dict[str, Any]:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", "--db", url, "--port", str(port),
+                             "--state-dir", str(state_dir)]
+                            + (["--with-reconciler"] if with_reconciler else []),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("the API server exited")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the API server did not answer in 120 s")
+            time.sleep(0.1)
+        latency: dict[str, list[float]] = {"GET /jobs?limit=200": [], "GET /jobs/{id}": [],
+                                           "POST /jobs": []}
+        with httpx.Client(base_url=base, timeout=30) as client:
+            for _ in range(10):  # warm-up: connections, caches
+                _timed(client, "GET", "/jobs", params={"limit": 200})
+                _timed(client, "GET", f"/jobs/{rng.randrange(1, n_jobs + 1)}")
+            for i in range(requests):
+                latency["GET /jobs?limit=200"].append(
+                    _timed(client, "GET", "/jobs", params={"limit": 200}))
+                latency["GET /jobs/{id}"].append(
+                    _timed(client, "GET", f"/jobs/{rng.randrange(1, n_jobs + 1)}"))
+                latency["POST /jobs"].append(_timed(client, "POST", "/jobs", json=_body(i)))
+        counter = iter(range(requests, requests + submissions))
+        lock = threading.Lock()
+
+        def submitter() -> None:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                while True:
+                    with lock:
+                        i = next(counter, None)
+                    if i is None:
+                        return
+                    _timed(client, "POST", "/jobs", json=_body(i))
+
+        threads = [threading.Thread(target=submitter) for _ in range(clients)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    p99 = {k: round(float(np.percentile(v, 99)), 2) for k, v in latency.items()}
+    p50 = {k: round(float(np.percentile(v, 50)), 2) for k, v in latency.items()}
+    return {"submissions_per_s": round(submissions / wall, 1), "p99": p99, "p50": p50,
+            "sequential_submissions_per_s": round(1000 / float(np.mean(latency["POST /jobs"])), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", default=None, help="PostgreSQL URL (default: a SQLite file)")
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--running", type=int, default=2_000)
+    ap.add_argument("--pending", type=int, default=1_000)
+    ap.add_argument("--cycles", type=int, default=20, help="steady reconcile cycles to time")
+    ap.add_argument("--requests", type=int, default=300, help="sequential calls per endpoint")
+    ap.add_argument("--submissions", type=int, default=600)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", action="store_true", help="cProfile the steady cycles (stderr)")
+    ap.add_argument("--no-loaded-api", action="store_true",
+                    help="skip the second API run, beside a running reconcile loop")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--with-reconciler", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.db, args.port, args.state_dir, args.with_reconciler)
+        return
+
+    rng = random.Random(args.seed)
+    cluster = load_cluster(CLUSTER)
+    topo = Topology.from_spec(cluster)
+    workdir = Path(tempfile.mkdtemp(prefix="grace-bench-"))
+    started = time.perf_counter()
+    try:
+        with database(args.db, workdir) as url:
+            store = Store.open(url)
+            t0 = time.perf_counter()
+            seeded = seed(store, topo, args.jobs, args.running, args.pending, rng)
+            print(f"store ({store.dialect}): {seeded} in {time.perf_counter() - t0:.1f}s",
+                  file=sys.stderr)
+            t0 = time.perf_counter()
+            cycle = bench_reconcile(store, topo, cluster, workdir / "state", args.cycles,
+                                    args.profile)
+            print(f"reconcile: {cycle} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+            store.close()
+            t0 = time.perf_counter()
+            api = bench_api(url, workdir / "state", args.jobs, args.requests, args.submissions,
+                            args.clients, rng, with_reconciler=False)
+            print(f"api: {api} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+            loaded = None
+            if not args.no_loaded_api:
+                t0 = time.perf_counter()
+                loaded = bench_api(url, workdir / "state", args.jobs, args.requests // 2,
+                                   args.submissions // 2, args.clients, rng, with_reconciler=True)
+                print(f"api beside the reconcile loop: {loaded} "
+                      f"({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out: dict[str, Any] = {
+        "store": "postgresql" if args.db else "sqlite",
+        "jobs_in_store": args.jobs,
+        "cluster_gpus": topo.total_gpus,
+        "submissions_per_s": api["submissions_per_s"],
+        "submission_clients": args.clients,
+        "sequential_submissions_per_s": api["sequential_submissions_per_s"],
+        "api_p99_ms": max(api["p99"].values()),
+        "api_p99_ms_by_endpoint": api["p99"],
+        "api_p50_ms_by_endpoint": api["p50"],
+        "reconcile_cycle_ms": cycle,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    if loaded is not None:
+        out["with_reconcile_loop"] = {"submissions_per_s": loaded["submissions_per_s"],
+                                      "api_p99_ms_by_endpoint": loaded["p99"],
+                                      "api_p50_ms_by_endpoint": loaded["p50"]}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

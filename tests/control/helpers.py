@@ -1,0 +1,167 @@
+"""Test doubles for the control plane: a scripted backend and a clock the test moves.
+
+``ScriptedBackend`` implements the ``Backend`` protocol in memory. It is a thin
+seam for the reconciler's logic, not a model of a real backend: it records
+every launch, cancel and adopt, reports each attempt it watches as RUNNING
+until the test scripts an outcome (``finish``), and turns a ``cancel`` into a
+CANCELLED report on the next ``poll``, as ``LocalBackend`` does. The real
+backend is exercised end to end in ``test_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.control.store import repository as repo
+from grace.control.store.db import Store
+from grace.spec.cluster import ClusterSpec
+from grace.spec.job import JobSpec
+from grace.spec.loader import load_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "examples" / "clusters" / "lab.yaml"
+
+
+class SimulatedCrash(BaseException):
+    """The control plane dies mid-cycle (a BaseException: the reconciler's ``except Exception``
+    does not swallow it, as it would not swallow a SIGKILL)."""
+
+
+class FakeClock:
+    """``time.time`` for the reconciler, moved by the test."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+@dataclass
+class ScriptedBackend:
+    """An in-memory ``Backend``: outcomes come from the test, nothing runs.
+
+    - ``launch`` records the LaunchSpec and watches the attempt; it raises
+      ``SimulatedCrash`` for jobs in ``crash_on_launch`` before recording anything,
+      and ``RuntimeError`` for jobs in ``refuse_launch``;
+    - ``poll`` reports RUNNING for watched attempts, or the outcome scripted
+      with ``finish`` (once; the attempt is then forgotten);
+    - ``cancel`` records the call and, unless ``slow_cancel``, makes the next
+      poll report CANCELLED;
+    - ``adopt`` answers ``alive_on_adopt.get(job_id, True)`` and raises
+      ValueError for a handle it cannot read (as LocalBackend does).
+    """
+
+    cluster: ClusterSpec | None = None
+    name: str = "scripted"
+    capabilities: frozenset[str] = frozenset({"launch", "cancel", "poll", "adopt", "drain"})
+    alive_on_adopt: dict[int, bool] = field(default_factory=dict)
+    crash_on_launch: set[int] = field(default_factory=set)
+    refuse_launch: set[int] = field(default_factory=set)
+    slow_cancel: bool = False
+    launches: list[LaunchSpec] = field(default_factory=list)
+    cancels: list[tuple[int, int]] = field(default_factory=list)
+    adopts: list[tuple[int, int, str]] = field(default_factory=list)
+    drains: list[tuple[str, str]] = field(default_factory=list)
+    polls: int = 0
+    watching: dict[tuple[int, int], str] = field(default_factory=dict)
+    outcomes: dict[tuple[int, int], Observation] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ protocol
+    def inventory(self) -> ClusterSpec:
+        return self.cluster if self.cluster is not None else load_cluster(LAB)
+
+    def launch(self, spec: LaunchSpec) -> str:
+        if spec.job_id in self.crash_on_launch:
+            raise SimulatedCrash(f"control plane died launching job {spec.job_id}")
+        if spec.job_id in self.refuse_launch:
+            raise RuntimeError(f"backend refused job {spec.job_id}")
+        self.launches.append(spec)
+        handle = json.dumps({"backend": self.name, "job_id": spec.job_id,
+                             "attempt": spec.attempt})
+        self.watching[(spec.job_id, spec.attempt)] = handle
+        return handle
+
+    def poll(self) -> list[Observation]:
+        self.polls += 1
+        out: list[Observation] = []
+        for key in list(self.watching):
+            obs = self.outcomes.pop(key, None)
+            if obs is None:
+                out.append(Observation(key[0], key[1], AttemptStatus.RUNNING))
+            else:
+                out.append(obs)
+                del self.watching[key]
+        return out
+
+    def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
+        self.cancels.append((job_id, attempt))
+        key = (job_id, attempt)
+        if key in self.watching and key not in self.outcomes and not self.slow_cancel:
+            self.outcomes[key] = Observation(job_id, attempt, AttemptStatus.CANCELLED,
+                                             detail="cancelled")
+
+    def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
+        self.adopts.append((job_id, attempt, handle))
+        try:
+            data = json.loads(handle)
+            if (data["job_id"], data["attempt"]) != (job_id, attempt):
+                raise ValueError("handle of another attempt")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"job {job_id} attempt {attempt}: bad handle {handle!r}: {e}") from e
+        alive = self.alive_on_adopt.get(job_id, True)
+        if alive:
+            self.watching[(job_id, attempt)] = handle
+        return alive
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drains.append((node, reason))
+
+    # ------------------------------------------------------------------ scripting
+    def finish(self, job_id: int, status: AttemptStatus = AttemptStatus.SUCCEEDED,
+               attempt: int | None = None, exit_code: int | None = None, detail: str = "",
+               failed_node: str | None = None) -> None:
+        """The next poll reports this outcome for the job's (latest watched) attempt."""
+        if attempt is None:
+            attempt = max(a for j, a in self.watching if j == job_id)
+        if exit_code is None:
+            exit_code = {AttemptStatus.SUCCEEDED: 0, AttemptStatus.FAILED: 1}.get(status)
+        self.outcomes[(job_id, attempt)] = Observation(job_id, attempt, status, exit_code,
+                                                       detail, failed_node)
+
+    def end_cancelled(self) -> None:
+        """With ``slow_cancel``: the processes of every cancelled attempt have now ended."""
+        for job_id, attempt in self.cancels:
+            if (job_id, attempt) in self.watching:
+                self.outcomes[(job_id, attempt)] = Observation(
+                    job_id, attempt, AttemptStatus.CANCELLED, detail="cancelled")
+
+    def launches_of(self, job_id: int) -> list[LaunchSpec]:
+        return [s for s in self.launches if s.job_id == job_id]
+
+
+def job_spec(name: str = "job", gpus: float | None = 1, **kw: Any) -> JobSpec:
+    body: dict[str, Any] = {"name": name, "command": ["python", "train.py"], **kw}
+    if gpus is not None:
+        body["gpus"] = gpus
+    return JobSpec.model_validate(body)
+
+
+def add_job(store: Store, now: float, name: str = "job", gpus: float | None = 1,
+            **kw: Any) -> int:
+    """Store a job the way the API does (validated spec, pending), at the fake ``now``."""
+    with store.transaction() as s:
+        return repo.add_job(s, job_spec(name, gpus, **kw), now).id
+
+
+def event_kinds(store: Store, job_id: int) -> list[str]:
+    with store.read() as s:
+        return [e.kind.value for e in repo.events(s, job_id)]
