@@ -162,7 +162,7 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._inventory = cluster
         self._slots: dict[str, tuple[int, ...]] = {}  # node -> slot-to-CUDA-id map (NVML only)
-        caps = {"launch", "cancel", "adopt", "poll"}
+        caps = {"launch", "cancel", "adopt", "poll", "inject"}
         if use_nvml:
             from grace.backends import nvml
 
@@ -296,6 +296,33 @@ class LocalBackend:
         log.info("drain %s (%s): no-op on the local backend", node, reason)
 
     # ------------------------------------------------------------------ extras
+
+    def inject(self, job_id: int, attempt: int, fault: str, rank: int = 0) -> list[int]:
+        """Cause a fault on purpose (tests, drills): ``kill-rank`` SIGKILLs the training
+        process of global rank ``rank``; ``hang-rank`` SIGSTOPs it, so it stops making
+        progress and heartbeating without dying. Returns the pids it signalled."""
+        sig = {"kill-rank": signal.SIGKILL, "hang-rank": signal.SIGSTOP}.get(fault)
+        if sig is None:
+            raise ValueError(f"unknown fault {fault!r}; the local backend injects kill-rank, hang-rank")
+        with self._lock:
+            a = self._attempts.get((job_id, attempt))
+        if a is None:
+            raise ValueError(f"job {job_id} attempt {attempt} is not running here")
+        hit = []
+        for pid in processes_with_token(a.token):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in env and local_agent.__name__.encode() not in cmd \
+                    and b"torch.distributed.run" not in cmd:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                    hit.append(pid)
+        if not hit:
+            raise ValueError(f"no training process of rank {rank} found for job {job_id}")
+        return hit
 
     def recorded_handles(self) -> dict[tuple[int, int], str]:
         """Handles of attempts launched from this state_dir and not yet reported ended."""

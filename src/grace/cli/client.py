@@ -141,6 +141,16 @@ def job(job_id: int, as_json: bool = JsonOpt) -> None:
         t.add_row(str(a["number"]), a["state"], nodes, str(a["exit_code"]),
                   a.get("failure_kind") or "", a.get("resumed_from") or "")
     console.print(t)
+    if j.get("progress"):
+        p = Table(title="progress (newest heartbeat per rank)")
+        for col in ("rank", "node", "step", "loss", "tokens/s", "phases (s per step)"):
+            p.add_column(col)
+        for rank, rec in sorted(j["progress"].items()):
+            phases = ", ".join(f"{k} {v:.3f}" for k, v in (rec.get("phases") or {}).items())
+            p.add_row(rank, str(rec.get("node", "")), str(rec.get("step", "")),
+                      f"{rec.get('loss', float('nan')):.4f}" if rec.get("loss") is not None else "",
+                      f"{rec.get('tokens_per_s', 0):.0f}", phases)
+        console.print(p)
     e = Table(title="events")
     e.add_column("at")
     e.add_column("event")
@@ -204,3 +214,13 @@ def resume(node: str, as_json: bool = JsonOpt) -> None:
     """Return a drained node to service."""
     out = _call("POST", f"/nodes/{node}/resume")
     print(json.dumps(out)) if as_json else console.print(f"{node} back in service")
+
+
+def inject(job_id: int,
+           fault: str = typer.Option(..., "--fault",
+                                     help="kill-rank | hang-rank | node-unhealthy"),
+           rank: int = typer.Option(0, "--rank", help="global rank, for kill-rank and hang-rank"),
+           as_json: bool = JsonOpt) -> None:
+    """Cause a fault on purpose, to watch Grace detect it and recover without anyone."""
+    out = _call("POST", f"/jobs/{job_id}/inject", json={"fault": fault, "rank": rank})
+    print(json.dumps(out)) if as_json else console.print(f"injected {fault} into job {job_id}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from grace.cli.catalog import gpus, policies
-from grace.cli.client import cancel, drain, job, jobs, logs, nodes, resume, submit, up
+from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
 from grace.cli.simulate import compare, simulate
 from grace.cli.twin_demo import twin_demo
@@ -34,6 +34,7 @@ app.command()(cancel)
 app.command()(nodes)
 app.command()(drain)
 app.command()(resume)
+app.command()(inject)
 app.command()(simulate)
 app.command()(compare)
 app.command()(whatif)

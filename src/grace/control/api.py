@@ -8,6 +8,7 @@ writes it opens.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from grace.control.snapshot import JobCompiler
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import JobState
-from grace.core.health import IllegalTransition, NodeState
+from grace.core.health import IllegalTransition, NodeState, Signal, SignalKind
 from grace.core.jobs import JobCompileError
 from grace.core.topology import Topology
 from grace.spec.errors import from_validation_error
@@ -51,7 +52,26 @@ def _field_named_in(message: str) -> str:
     return next((w for w in re.findall(r"\b[a-z_]+\b", message) if w in JobSpec.model_fields), "")
 
 
-def create_app(store: Store, topo: Topology, state_dir: Path) -> FastAPI:
+class HeartbeatBatch(BaseModel):
+    attempt: int = Field(ge=1)
+    node: str = ""
+    rank: int = Field(default=0, ge=0)
+    records: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000)
+
+
+class InjectRequest(BaseModel):
+    fault: str = Field(description="kill-rank | hang-rank | node-unhealthy")
+    rank: int = Field(default=0, ge=0)
+
+
+class SignalRequest(BaseModel):
+    kind: str = Field(description="a health signal kind, e.g. xid, nvlink-down, heartbeat-missing")
+    code: int | None = Field(default=None, description="the Xid number, for kind xid")
+    detail: str = ""
+
+
+def create_app(store: Store, topo: Topology, state_dir: Path,
+               reconciler: Any = None, backend: Any = None) -> FastAPI:
     app = FastAPI(title="Grace", version="0.1.0",
                   description="Control plane of a private GPU training cluster")
     compiler = JobCompiler(topo)
@@ -109,7 +129,15 @@ def create_app(store: Store, topo: Topology, state_dir: Path) -> FastAPI:
                 "detail": a.detail, "resumed_from": a.resumed_from} for a in job.attempts]
             out["events"] = [{"at": e.at, "kind": str(e.kind), "detail": e.detail}
                              for e in repo.events(s, job_id)]
-            return out
+            number = job.attempts_count
+        adir = state_dir / "jobs" / str(job_id) / f"attempt-{number}"
+        out["progress"] = {}
+        for f in sorted(adir.glob("progress-rank*.json")) if adir.is_dir() else []:
+            try:
+                out["progress"][f.stem.removeprefix("progress-")] = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+        return out
 
     @app.post("/jobs/{job_id}/cancel")
     def cancel(job_id: int) -> dict[str, Any]:
@@ -136,6 +164,58 @@ def create_app(store: Store, topo: Topology, state_dir: Path) -> FastAPI:
             text = f.read_text(errors="replace").splitlines()
             lines += [f"[{f.relative_to(adir)}] {line}" for line in text[-tail:]]
         return "\n".join(lines[-tail * max(1, len(files)):]) + ("\n" if lines else "")
+
+    @app.post("/jobs/{job_id}/heartbeats", status_code=204)
+    def heartbeats(job_id: int, body: HeartbeatBatch) -> None:
+        """The runtime's batched progress: the newest record per rank is kept for ``grace job``."""
+        if not body.records:
+            return
+        adir = state_dir / "jobs" / str(job_id) / f"attempt-{body.attempt}"
+        if not adir.is_dir():
+            raise HTTPException(404, detail=f"job {job_id} has no attempt {body.attempt} here")
+        latest = adir / f"progress-rank{body.rank}.json"
+        tmp = latest.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body.records[-1] | {"node": body.node}))
+        tmp.replace(latest)
+
+    @app.post("/jobs/{job_id}/inject")
+    def inject(job_id: int, body: InjectRequest) -> dict[str, Any]:
+        """Cause a fault on purpose, to test recovery: kill or hang a rank, or make its node
+        report a fatal Xid (79, fallen off the bus) through the health table."""
+        with store.transaction() as s:
+            job = _get(s, job_id)
+            live = [a for a in job.attempts if str(a.state) in ("starting", "running")]
+            if job.state != JobState.RUNNING or not live:
+                raise HTTPException(409, detail=f"job {job_id} is {job.state}: nothing to inject into")
+            attempt = live[-1].number
+            nodes = [e["node"] for e in live[-1].placement_json]
+        if body.fault == "node-unhealthy":
+            if reconciler is None:
+                raise HTTPException(503, detail="no reconciler in this process")
+            reconciler.signal(Signal(nodes[0], SignalKind.XID, _now(), 79,
+                                     f"injected into job {job_id}"))
+            return {"job": job_id, "fault": body.fault, "node": nodes[0]}
+        if backend is None or "inject" not in getattr(backend, "capabilities", ()):
+            raise HTTPException(501, detail="this backend cannot inject faults")
+        try:
+            pids = backend.inject(job_id, attempt, body.fault, body.rank)
+        except ValueError as e:
+            raise HTTPException(422, detail=[{"field": "fault", "message": str(e)}]) from e
+        return {"job": job_id, "fault": body.fault, "rank": body.rank, "pids": pids}
+
+    @app.post("/nodes/{name}/signals", status_code=202)
+    def node_signal(name: str, body: SignalRequest) -> dict[str, Any]:
+        """A health signal for a node (from an exporter or a person); the health table acts."""
+        _node(name)
+        if reconciler is None:
+            raise HTTPException(503, detail="no reconciler in this process")
+        try:
+            kind = SignalKind(body.kind)
+        except ValueError as e:
+            raise HTTPException(422, detail=[{"field": "kind", "message": f"unknown signal; use "
+                                              f"one of {[k.value for k in SignalKind]}"}]) from e
+        reconciler.signal(Signal(name, kind, _now(), body.code, body.detail))
+        return {"node": name, "signal": kind.value, "code": body.code}
 
     @app.get("/nodes")
     def nodes() -> list[dict[str, Any]]:

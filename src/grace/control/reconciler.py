@@ -19,6 +19,7 @@ One ``cycle`` does, in this order:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, JobEventKind, JobState
 from grace.core.checkpoint import choose_interval
+from grace.core.health import Action, HealthTable, Signal
 from grace.core.jobs import JobCompileError, JobId, PendingJob
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import TenantQuota
@@ -58,7 +60,9 @@ class Reconciler:
     def __init__(self, store: Store, backend: Backend, topo: Topology, policy: QueuePolicy,
                  state_dir: Path, clock: Callable[[], float] = time.time,
                  restart_policy: RestartPolicy | None = None,
-                 checkpoint_s: float = 30.0, restart_s: float = 60.0) -> None:
+                 checkpoint_s: float = 30.0, restart_s: float = 60.0,
+                 heartbeat_timeout_s: float = 30.0, health_table: HealthTable | None = None,
+                 ) -> None:
         self.store = store
         self.backend = backend
         self.topo = topo
@@ -69,6 +73,12 @@ class Reconciler:
         self.compiler = JobCompiler(topo)
         self.checkpoint_s = checkpoint_s
         self.restart_s = restart_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.health_table = health_table or HealthTable.default()
+        self._inbox: list[Signal] = []  # health signals posted to the API
+        self._inbox_lock = threading.Lock()
+        # attempts we are ending because they failed (hang, bad node): (kind, node, detail)
+        self._failing: dict[tuple[int, int], tuple[str, str | None, str]] = {}
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
@@ -116,6 +126,8 @@ class Reconciler:
         now = self.clock()
         for obs in self.backend.poll():
             self._observe(obs, now, report)
+        self._health_signals(now)
+        self._check_heartbeats(now)
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)
         result = decide(state, now)
@@ -219,6 +231,59 @@ class Reconciler:
                 repo.set_pending_reason(s, jid, reason)
             del loaded
 
+    # ----------------------------------------------------------------- health
+    def signal(self, sig: Signal) -> None:
+        """A health signal (from the API, an exporter, ``grace inject``); handled next cycle."""
+        with self._inbox_lock:
+            self._inbox.append(sig)
+
+    def _health_signals(self, now: float) -> None:
+        """Each signal goes through the health table: drain the node, restart its jobs, or both."""
+        with self._inbox_lock:
+            inbox, self._inbox = self._inbox, []
+        for sig in inbox:
+            rule = self.health_table.rule_for(sig)
+            what = f"{sig.key}: {rule.reason}" + (f" ({sig.detail})" if sig.detail else "")
+            drain = rule.action in (Action.DRAIN_AND_DIAGNOSE, Action.DRAIN_AND_RESET)
+            restart = drain or rule.action is Action.RESTART_JOB
+            with self.store.transaction() as s:
+                node = next((n for n in repo.nodes(s) if n.name == sig.node), None)
+                if node is None:
+                    continue
+                if drain and str(node.state) in IN_SERVICE:
+                    repo.set_node_state(s, sig.node, "draining", what, "grace", now)
+                elif rule.action is Action.MARK_DEGRADED and str(node.state) == "healthy":
+                    repo.set_node_state(s, sig.node, "degraded", what, "grace", now)
+                victims = [(a.job_id, a.number) for a in repo.running_attempts(s)
+                           if a.job.state == JobState.RUNNING
+                           and any(e["node"] == sig.node for e in a.placement_json)]
+            if restart:
+                for key in victims:
+                    self._fail_attempt(key, "node" if drain else "application",
+                                       sig.node if drain else None, what)
+
+    def _check_heartbeats(self, now: float) -> None:
+        """A job that heartbeats (it uses grace.runtime) and then stops has hung."""
+        with self.store.read() as s:
+            live = [(a.job_id, a.number, a.started_at or now) for a in repo.running_attempts(s)
+                    if a.job.state == JobState.RUNNING]
+        for job_id, number, started in live:
+            if (job_id, number) in self._failing or now - started < self.heartbeat_timeout_s:
+                continue
+            last = _last_heartbeat(self.state_dir / "jobs" / str(job_id) / f"attempt-{number}")
+            if last is not None and now - last > self.heartbeat_timeout_s:
+                self._fail_attempt((job_id, number), "hang", None,
+                                   f"no heartbeat for {now - last:.0f}s (timeout "
+                                   f"{self.heartbeat_timeout_s:.0f}s): hung")
+
+    def _fail_attempt(self, key: tuple[int, int], kind: str, node: str | None,
+                      detail: str) -> None:
+        if key in self._failing:
+            return
+        log.warning("job %s attempt %s: %s", key[0], key[1], detail)
+        self._failing[key] = (kind, node, detail)
+        self.backend.cancel(key[0], key[1], grace_s=5.0)
+
     # ----------------------------------------------------------------- apply
     def _start(self, pj: PendingJob, placement, now: float, report: CycleReport) -> None:
         gang = placement_to_nodes(self.topo, placement)
@@ -260,6 +325,13 @@ class Reconciler:
     def _observe(self, obs: Observation, now: float, report: CycleReport) -> None:
         if obs.status is AttemptStatus.RUNNING:
             return
+        cause = self._failing.pop((obs.job_id, obs.attempt), None)
+        if cause is not None and obs.status is AttemptStatus.CANCELLED:
+            # we ended it because it hung or its node went bad: that is a failure
+            kind, node, detail = cause
+            obs = Observation(obs.job_id, obs.attempt,
+                              AttemptStatus.LOST if kind == "node" else AttemptStatus.FAILED,
+                              obs.exit_code, detail, node)
         with self.store.transaction() as s:
             job = repo.get_job(s, obs.job_id)
             attempt = _attempt(job, obs.attempt)
@@ -283,7 +355,9 @@ class Reconciler:
                 if job.cancel_requested:
                     repo.set_job_state(s, job, JobState.CANCELLED, now, "cancelled",
                                        JobEventKind.CANCELLED, {"attempt": obs.attempt})
-                return
+                    return
+                # ended by nobody we know of (e.g. before a control-plane restart): requeue
+                kind = FailureKind.NODE.value
             if obs.exit_code == DIVERGED_EXIT_CODE:
                 repo.set_job_state(s, job, JobState.DIVERGED, now, obs.detail or "diverged",
                                    JobEventKind.DIVERGED, {"attempt": obs.attempt})
@@ -356,6 +430,18 @@ def _failure_kind(obs: Observation) -> str:
     if "heartbeat" in (obs.detail or ""):
         return FailureKind.HANG.value
     return FailureKind.APPLICATION.value
+
+
+def _last_heartbeat(attempt_dir: Path) -> float | None:
+    """When any rank of the attempt last wrote a heartbeat (the runtime's jsonl files)."""
+    newest = None
+    for f in attempt_dir.glob("heartbeats-rank*.jsonl"):
+        try:
+            m = f.stat().st_mtime
+        except OSError:
+            continue
+        newest = m if newest is None else max(newest, m)
+    return newest
 
 
 def _attempt(job, number: int):

@@ -9,6 +9,7 @@ and the next ``grace up`` adopts them.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,13 +61,15 @@ class ReconcileLoop(threading.Thread):
 def serve(cfg: ServerConfig) -> None:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     spec = load_cluster(cfg.cluster)
+    # jobs inherit it, so grace.runtime finds the control plane for heartbeats
+    os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
     topo = Topology.from_spec(spec)
     url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
     store = Store.open(url)
     backend = LocalBackend(spec, cfg.state_dir)
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir)
     loop = ReconcileLoop(reconciler, cfg.interval_s)
-    app = create_app(store, topo, cfg.state_dir)
+    app = create_app(store, topo, cfg.state_dir, reconciler, backend)
     loop.start()
     try:
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
