@@ -44,8 +44,9 @@ def _free_port() -> int:
 class Server:
     """One ``grace up`` process on a state directory; restartable on the same directory."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.starts = 0
@@ -58,7 +59,8 @@ class Server:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grace.cli.main", "up", "--cluster",
-             "examples/clusters/lab.yaml", "--port", str(port), "--state-dir", str(self.state_dir)],
+             "examples/clusters/lab.yaml", "--port", str(port), "--state-dir", str(self.state_dir),
+             *self.extra_args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()

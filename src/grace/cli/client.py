@@ -56,12 +56,16 @@ def up(
     state_dir: Path = typer.Option(Path(".grace"), "--state-dir",
                                    help="job directories, logs, checkpoints, SQLite file"),
     policy: str = typer.Option("grace", "--policy"),
+    heartbeat_timeout: float = typer.Option(
+        30.0, "--heartbeat-timeout", min=1.0,
+        help="seconds without a heartbeat before a job that sends them is declared hung"),
 ) -> None:
     """Run the control plane: API, reconciler and local backend."""
     from grace.control.server import ServerConfig, serve
 
     try:
-        serve(ServerConfig(cluster, db, port, state_dir, policy))
+        serve(ServerConfig(cluster, db, port, state_dir, policy,
+                           heartbeat_timeout_s=heartbeat_timeout))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e

@@ -37,6 +37,7 @@ class ServerConfig:
     policy: str = "grace"
     interval_s: float = 1.0
     host: str = "127.0.0.1"
+    heartbeat_timeout_s: float = 30.0
 
 
 class ReconcileLoop(threading.Thread):
@@ -67,7 +68,8 @@ def serve(cfg: ServerConfig) -> None:
     url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
     store = Store.open(url)
     backend = LocalBackend(spec, cfg.state_dir)
-    reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir)
+    reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
+                            heartbeat_timeout_s=cfg.heartbeat_timeout_s)
     loop = ReconcileLoop(reconciler, cfg.interval_s)
     app = create_app(store, topo, cfg.state_dir, reconciler, backend)
     loop.start()
