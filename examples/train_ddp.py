@@ -13,8 +13,21 @@ an arithmetic progression modulo the vocabulary (``x[t+1] = x[t] + d``) with a
 random start and a random stride ``d`` from a small set; after a few tokens the
 model can infer ``d`` and predict the rest.
 
-``--fail-at-step K`` makes rank 0 exit with code 3 at step K, so tests can
-check how a failed rank is reported.
+It uses ``grace.runtime`` the way any training script would (``init``,
+``resume``, ``phase``, ``step_done``, ``finish``): checkpoints to
+``$GRACE_CHECKPOINT_DIR`` (DCP, async, atomic, verified on resume), phase
+timers and heartbeats, the divergence guard, checkpoint-and-exit on SIGTERM.
+The data order is part of the checkpoint (each rank's ``torch.Generator``), so
+a resumed run continues exactly where the interrupted one stopped: its final
+parameters are bitwise identical to an uninterrupted run of the same seed.
+
+Flags for tests: ``--fail-at-step K`` makes rank 0 die with code 3 at step K
+(on attempt 1 only, so the retry resumes and finishes), ``--diverge-at-step K``
+turns the loss into NaN at step K (the runtime ends the run with code 86),
+``--save-params PATH`` writes the final parameters (rank 0, ``torch.save``).
+
+Without torchrun (no ``WORLD_SIZE`` in the environment) it trains in one
+process, without a process group.
 """
 
 from __future__ import annotations
@@ -28,6 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+import grace.runtime
 
 #: Exit code of ``--fail-at-step``: distinct from Python's generic 1 so a test
 #: can tell the injected failure from a crash.
@@ -47,8 +62,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument(
-        "--fail-at-step", type=int, default=None, help="rank 0 exits with code 3 at this step (tests)"
+        "--fail-at-step",
+        type=int,
+        default=None,
+        help="rank 0 dies with code 3 at this step, on attempt 1 only (tests)",
     )
+    p.add_argument("--diverge-at-step", type=int, default=None, help="make the loss NaN at this step (tests)")
+    p.add_argument(
+        "--checkpoint-interval-s",
+        type=float,
+        default=None,
+        help="seconds between checkpoints (default: $GRACE_CHECKPOINT_INTERVAL_S, the control plane's)",
+    )
+    p.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
+    p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
+    p.add_argument("--save-params", default=None, help="rank 0 saves the final parameters here")
     p.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
@@ -95,8 +123,10 @@ def synthetic_batch(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    distributed = "WORLD_SIZE" in os.environ  # started by torchrun
+    if distributed:
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
         torch.cuda.set_device(local_rank)
@@ -111,44 +141,67 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     model = TinyLM(args.vocab, args.d_model, args.layers, args.heads, args.seq_len).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
+    if distributed:
+        model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)  # each rank its own data shard
 
-    # grace.runtime hook (a later issue): resume from $GRACE_CHECKPOINT_DIR here and
-    # set ``first_step`` from the checkpoint; until then every attempt starts at step 1.
-    first_step = 1
+    # grace.runtime: checkpoints (with the data position), timers, heartbeats, guard, SIGTERM.
+    rt = grace.runtime.init(
+        model,
+        opt,
+        data_state=gen,
+        checkpoint_interval_s=args.checkpoint_interval_s,
+        checkpoint_every_steps=args.checkpoint_every,
+        keep=args.keep,
+    )
+    first_step = rt.resume()
     started = time.monotonic()
     for step in range(first_step, args.steps + 1):
-        if args.fail_at_step is not None and step == args.fail_at_step and rank == 0:
+        if args.fail_at_step == step and rank == 0 and rt.env.attempt == 1:
             print(f"rank 0: injected failure at step {step}", file=sys.stderr, flush=True)
-            return FAIL_EXIT_CODE
-        batch = synthetic_batch(gen, args.batch_size, args.seq_len, args.vocab, device)
-        logits = ddp(batch[:, :-1])
-        loss = loss_fn(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # DDP all-reduces the gradients here
-        opt.step()
+            os._exit(FAIL_EXIT_CODE)  # a crash: no cleanup, no pending checkpoint finished
+        with rt.phase("data"):
+            batch = synthetic_batch(gen, args.batch_size, args.seq_len, args.vocab, torch.device("cpu"))
+        with rt.phase("h2d"):
+            batch = batch.to(device, non_blocking=True)
+        with rt.phase("forward"):
+            logits = model(batch[:, :-1])
+            loss = loss_fn(logits.reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
+            if args.diverge_at_step == step:
+                loss = loss * float("nan")
+        with rt.phase("backward"):
+            opt.zero_grad(set_to_none=True)
+            loss.backward()  # DDP all-reduces the gradients here
+        with rt.phase("optimizer"):
+            opt.step()
         if args.sleep_per_step:
             time.sleep(args.sleep_per_step)
-        # grace.runtime hook (a later issue): heartbeat(step, loss) and a periodic
-        # checkpoint to $GRACE_CHECKPOINT_DIR go here.
-        if step % args.log_every == 0 or step == args.steps:
-            mean = loss.detach().clone()
-            dist.all_reduce(mean)
-            if rank == 0:
-                print(
-                    f"step {step}/{args.steps} loss {mean.item() / world:.4f} "
-                    f"({time.monotonic() - started:.1f}s)",
-                    flush=True,
-                )
-    dist.barrier()
-    dist.destroy_process_group()
+        rt.step_done(loss=loss, tokens=batch.shape[0] * args.seq_len)
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps):
+            print(
+                f"step {step}/{args.steps} loss {rt.last_loss:.4f} ({time.monotonic() - started:.1f}s)",
+                flush=True,
+            )
+    rt.finish()
+    if args.save_params:
+        grace.runtime.save_params(model, args.save_params)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
     if rank == 0:
         print("done", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without C++ static destructors: now and then a gloo or store thread torn
+    # down during interpreter exit aborts the process ("terminate called without an
+    # active exception", SIGABRT) after training succeeded, and the rank would be
+    # reported failed. It also keeps --fail-at-step's exit code from being replaced
+    # by a crash while the other ranks' connections are still open.
+    os._exit(code)

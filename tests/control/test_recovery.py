@@ -28,9 +28,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
         srv.stop()
 
 
-def _submit(srv: Server, name: str) -> int:
-    return srv.submit({"name": name, "tenant": "recovery", "nodes": 2, "gpus_per_node": 2,
-                       "command": TRAIN, "runtime_limit": "10m"})
+def _submit(srv: Server, name: str, shape: dict | None = None) -> int:
+    return srv.submit({"name": name, "tenant": "recovery", "command": TRAIN, "runtime_limit": "10m",
+                       **(shape or {"nodes": 2, "gpus_per_node": 2})})
 
 
 def _committed(srv: Server, job_id: int) -> list[Path]:
@@ -86,7 +86,9 @@ def test_a_killed_rank_is_resumed_from_its_checkpoint_within_30_seconds(server: 
 
 
 def test_an_unhealthy_node_is_drained_and_the_job_resumes_elsewhere(server: Server):
-    job = _submit(server, "bad-node")
+    # two GPUs on one node: the lab cluster has only two A100 nodes, so a 2-node gang
+    # would have nowhere to go once one is drained; this one can move to another node
+    job = _submit(server, "bad-node", {"gpus": 2})
     _wait_for_checkpoint(server, job)
     before = server.get(f"/jobs/{job}")["attempts"][0]["nodes"]
     bad = before[0]["node"]

@@ -227,7 +227,8 @@ def run_rank(attempt_dir: Path, argv: list[str]) -> int:
     record.update(exit_code=code, ended_at=time.time())
     write_json_atomic(attempt_dir / "ranks" / f"rank-{rank}.exit", record)
     if code < 0:  # killed by a signal: die the same way so torchrun reports it faithfully
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL/SIGSTOP take no handler
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

@@ -429,6 +429,8 @@ def _failure_kind(obs: Observation) -> str:
         return FailureKind.NODE.value
     if "heartbeat" in (obs.detail or ""):
         return FailureKind.HANG.value
+    if obs.exit_code is not None and (obs.exit_code < 0 or obs.exit_code in (137, 143)):
+        return FailureKind.KILLED.value  # a signal, not the job's code: retried, node kept
     return FailureKind.APPLICATION.value
 
 

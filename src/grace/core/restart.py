@@ -22,6 +22,7 @@ class FailureKind(StrEnum):
     APPLICATION = "application"  # the job's code or data; node is fine
     NODE = "node"  # hardware: the node is drained
     HANG = "hang"  # heartbeats stopped
+    KILLED = "killed"  # a rank was killed by a signal (OOM killer, an operator, a drill)
     PREEMPTED = "preempted"  # not a failure: the scheduler took the GPUs
 
 
@@ -70,7 +71,7 @@ def on_failure(job: PendingJob, attempt: FailedAttempt,
             "error: most likely the job itself (check its logs); not retried")
     # only failures the job may have caused count against it: a node dying under a
     # large job again and again is the cluster's problem, not a reason to give up
-    own_fault = attempt.kind in (FailureKind.APPLICATION, FailureKind.HANG)
+    own_fault = attempt.kind in (FailureKind.APPLICATION, FailureKind.HANG, FailureKind.KILLED)
     stalled = 0 if attempt.progressed else attempt.restarts_without_progress + own_fault
     if stalled > policy.max_restarts_without_progress:
         return RestartDecision(

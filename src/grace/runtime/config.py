@@ -1,0 +1,63 @@
+"""Where a job runs and what the control plane asked of it, read from the environment.
+
+Under Grace the backend sets ``GRACE_JOB_ID``, ``GRACE_ATTEMPT``, ``GRACE_NODE``,
+``GRACE_WORKDIR`` and ``GRACE_CHECKPOINT_DIR``; the reconciler adds
+``GRACE_CHECKPOINT_INTERVAL_S`` (its Young/Daly interval), and torchrun sets
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK``. Outside Grace every one of them has a
+default, so the same script also runs on a laptop: attempt 1, workdir
+``./grace-run``, no control plane to report to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where the control plane listens when a job runs under Grace and GRACE_URL is unset
+#: (the CLI client's default too).
+DEFAULT_URL = "http://127.0.0.1:8470"
+#: Checkpoint interval when neither the job nor the control plane gives one.
+DEFAULT_INTERVAL_S = 1800.0
+#: Workdir of a run outside Grace.
+DEFAULT_WORKDIR = "grace-run"
+
+
+@dataclass(frozen=True)
+class RuntimeEnv:
+    job_id: str | None  # None outside Grace
+    attempt: int
+    node: str
+    rank: int
+    world_size: int
+    local_rank: int
+    workdir: Path
+    checkpoint_dir: Path
+    interval_s: float | None  # the control plane's checkpoint interval, if it gave one
+    url: str | None  # where heartbeats go; None: only the local jsonl files
+
+    @property
+    def attempt_dir(self) -> Path:
+        return self.workdir / f"attempt-{self.attempt}"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> RuntimeEnv:
+        env = os.environ if environ is None else environ
+        job_id = env.get("GRACE_JOB_ID") or None
+        workdir = Path(env.get("GRACE_WORKDIR") or DEFAULT_WORKDIR).resolve()
+        ckpt = env.get("GRACE_CHECKPOINT_DIR")
+        interval = env.get("GRACE_CHECKPOINT_INTERVAL_S")
+        url = env.get("GRACE_URL") or (DEFAULT_URL if job_id else None)
+        return cls(
+            job_id=job_id,
+            attempt=int(env.get("GRACE_ATTEMPT") or 1),
+            node=env.get("GRACE_NODE") or os.uname().nodename,
+            rank=int(env.get("RANK") or 0),
+            world_size=int(env.get("WORLD_SIZE") or 1),
+            local_rank=int(env.get("LOCAL_RANK") or 0),
+            workdir=workdir,
+            checkpoint_dir=Path(ckpt).resolve() if ckpt else workdir / "checkpoints",
+            interval_s=float(interval) if interval else None,
+            url=url.rstrip("/") if url and job_id else None,
+        )
