@@ -194,8 +194,10 @@ class Reconciler:
                                            JobEventKind.FAILED, {"reason": why})
                 for n in repo.nodes(s) if drained else ():
                     if n.name in drained and str(n.state) == "draining":  # not resumed since
-                        repo.set_node_state(s, n.name, "drained", "its last job left",
-                                            n.actor or "grace", now)
+                        # keep why it was drained: that is what an operator needs to see
+                        repo.set_node_state(s, n.name, "drained",
+                                            f"{n.reason} (its last job left)" if n.reason
+                                            else "its last job left", n.actor or "grace", now)
         for job_id, number in unplaceable:
             self.backend.cancel(job_id, number)
         state = build_state(self.topo, self.policy, quotas, running, list(pending.values()),

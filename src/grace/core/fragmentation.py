@@ -15,8 +15,10 @@ host CPU and memory it asks for. For a node and a kind:
 
 - the GPU capacity the kind could use there: for whole-GPU kinds, the node's
   free whole GPUs if there are enough of them (a gang larger than the node
-  needs them all); for shares, the free shareable GPUs plus the split GPUs
-  with at least the share left (a sliver smaller than the share is useless to it);
+  needs them all); for shares, what a stream of that share could fill of the
+  free shareable GPUs and of what is left on split GPUs: the largest multiple of
+  the share that fits in each (a sliver smaller than the share is useless to it,
+  and 0.5 left is worth 0.4 to 0.2-shares);
 - the host limit. FGD's rule (``host_rule="one"``) counts all of that capacity
   if the host has CPU and memory for one more pod of the kind, none otherwise.
   The default (``host_rule="pods"``) counts at most what the pods the host can
@@ -357,7 +359,7 @@ class FragmentationIndex:
         """``U = sum_k p_k * usable_k`` of nodes in a given state (see the module doc).
 
         ``w``, ``ws``: free whole and free shareable GPUs; ``room[:, s]``: for share
-        sizes, the free compute of split GPUs with at least the share left; ``host``:
+        sizes, what shares of that size could fill of the split GPUs; ``host``:
         the nodes, and the CPU and memory taken from them.
         """
         units = self.units
@@ -387,10 +389,10 @@ class FragmentationIndex:
         return out
 
     def _fill(self, free: IntArray) -> IntArray:
-        """``[..., s]``: what shares of size ``s`` could use of GPUs with ``free`` compute
-        left: all of it if it holds one, else nothing (0 for whole-GPU sizes)."""
+        """``[..., s]``: what shares of size ``s`` could fill of GPUs with ``free`` compute
+        left: the largest multiple of ``s`` that fits (0 for whole-GPU sizes)."""
         x = np.maximum(free, 0)[..., None]
-        out: IntArray = np.where(x >= self._share_sizes, x, 0)
+        out: IntArray = x // self._share_sizes * self._share_sizes
         return out
 
     # ------------------------------------------------------------------ upkeep

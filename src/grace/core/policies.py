@@ -20,7 +20,9 @@ reads it; nothing else does.
   smaller gangs first, with quotas, fair share, EASY backfill and preemption;
   a gang that one leaf switch could hold waits for one rather than spanning two
   (the other policies take whatever GPUs are free, as Slurm does without
-  ``--switches``).
+  ``--switches``); a job that fits one node goes where it loses the least
+  capacity usable by the requests seen so far, GPU slivers and host CPU and
+  memory included (``core.fragmentation``), where the others take best fit.
 """
 
 from __future__ import annotations
