@@ -224,7 +224,7 @@ def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: 
         history = [(e.from_state.value, e.to_state.value, e.reason, e.actor)
                    for e in repo.node_events(s, "a100-01")]
     assert history == [("healthy", "draining", "Xid 79 seen twice", "alice"),
-                       ("draining", "drained", "its last job left", "alice"),
+                       ("draining", "drained", "Xid 79 seen twice (its last job left)", "alice"),
                        ("drained", "returned", "resumed by an operator", "bob")]
 
 

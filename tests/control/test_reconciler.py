@@ -407,10 +407,10 @@ def test_a_drained_node_gets_no_new_work_and_is_drained_when_its_jobs_left(rig: 
     rig.backend.finish(first)
     rig.cycle()
     n = rig.node(node)
-    assert n.state == "drained" and n.reason == "its last job left"
+    assert n.state == "drained" and n.reason == "fan alarm (its last job left)"
     with rig.store.read() as s:
         history = [(e.to_state.value, e.reason, e.actor) for e in repo.node_events(s, node)]
-    assert history == [("draining", "fan alarm", "ops"), ("drained", "its last job left", "ops")]
+    assert history == [("draining", "fan alarm", "ops"), ("drained", "fan alarm (its last job left)", "ops")]
     for _ in range(2):
         rig.cycle()
     assert all(node not in {n.node for n in s.nodes} for s in rig.backend.launches[1:])
