@@ -24,8 +24,10 @@ host CPU and memory it asks for. For a node and a kind:
   The default (``host_rule="pods"``) counts at most what the pods the host can
   still feed would take: a node with 8 free GPUs and CPU for one more 1-GPU pod
   offers that kind 1 GPU, not 8. This sees CPU stranding coming before it
-  happens, which matters most when CPU is scarce (on the Alibaba openb trace
-  with its CPU-only pods, it is worth +0.6 points of GPU allocation over FGD's rule).
+  happens, which matters most when CPU is scarce: in the openb packing
+  experiment (``sim.packing``) with the trace's CPU-only pods also taking host
+  CPU, it allocated 95.2% of the GPUs at 100% arrived against 94.6% with FGD's
+  rule (means of seeds 42-51); without them, 95.3% either way.
 
 With ``p_k`` the share of recent requests of kind ``k``, a node's *usable*
 capacity is ``U = sum_k p_k * usable_k``; its expected fragmentation is its
