@@ -584,6 +584,8 @@ class LocalBackend:
         self._kill_strays(a)
         if cancelled:
             return obs(AttemptStatus.CANCELLED, detail="cancelled")
+        if gone and failure is not None and failure.get("exit_code") in (-15, -9, 137, 143):
+            failure = None  # ranks signalled as their vanished agent went down: the agent is the cause
         if failure is not None:
             node = failure["node"]
             if failure.get("why") == "time_limit":
