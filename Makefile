@@ -28,6 +28,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduler.py
 	$(BIN)/python benchmarks/twin_philly.py
+	$(BIN)/python benchmarks/control_plane.py
+	$(BIN)/python benchmarks/runtime.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache
