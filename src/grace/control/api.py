@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,4 @@ def _job_summary(job) -> dict[str, Any]:
 
 
 def _now() -> float:
-    import time
-
     return time.time()

@@ -368,7 +368,7 @@ class Reconciler:
 
     def _failed(self, s, job, attempt, obs: Observation, kind: str, now: float,
                 report: CycleReport) -> None:
-        pj = self.compiler.compile(job.id, 0, job.spec_json, job.submitted_at,
+        pj = self.compiler.compile(job.id, job.restarts, job.spec_json, job.submitted_at,
                                    job.exclude_nodes or [])
         node = self.topo.by_name.get(obs.failed_node) if obs.failed_node else None
         ran = now - (attempt.started_at or now)

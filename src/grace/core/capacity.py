@@ -92,6 +92,7 @@ class GroupIndex:
     __slots__ = (
         "domain_free", "domains", "free_total", "key", "leaf_buckets", "leaf_free",
         "leaves", "max_gpus", "nodes", "nodes_by_free", "nodes_per_leaf", "partial", "share_by_free",
+        "usable_nodes",
     )
 
     def __init__(self, key: GroupKey, max_gpus: int) -> None:
@@ -100,6 +101,7 @@ class GroupIndex:
         self.nodes: list[int] = []
         self.leaves: list[int] = []
         self.nodes_per_leaf = 0
+        self.usable_nodes = 0  # nodes not drained: "no usable nodes" without a scan
         self.domains: list[int] = []
         self.free_total = 0
         self.nodes_by_free: list[list[int]] = [[] for _ in range(max_gpus + 1)]
@@ -147,6 +149,7 @@ class FreeCapacity:
             g = self.groups[(n.pool, n.gpu_model)]
             self.node_group.append(g)
             g.nodes.append(n.index)
+            g.usable_nodes += 1
             if n.leaf not in g.leaf_buckets:
                 g.leaves.append(n.leaf)
                 g.leaf_buckets[n.leaf] = [[] for _ in range(g.max_gpus + 1)]
@@ -230,6 +233,7 @@ class FreeCapacity:
         base = self.topo.nodes[node].gpu_base
         opened = [gpu for gpu in range(base, base + self.topo.nodes[node].gpus)
                   if gpu in self.slice_free]
+        g.usable_nodes += 1 if usable else -1
         if usable:
             self.usable[node] = True
             self._index_add(node, self.free_count[node])
@@ -360,4 +364,5 @@ class FreeCapacity:
                 assert free == g.leaf_free[leaf]
                 total += free
             assert total == g.free_total
+            assert g.usable_nodes == sum(self.usable[n] for n in g.nodes)
             assert g.partial == sorted(g.partial)

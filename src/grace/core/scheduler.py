@@ -212,9 +212,7 @@ def _commit_start(state: SchedulerState, job: PendingJob, placement: Placement, 
 
 
 def _why_not(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> PendingReason:
-    groups = state.groups_for(job)
-    cap = state.capacity
-    if not any(cap.usable[n] for _, g in groups for n in g.nodes):
+    if not any(g.usable_nodes for _, g in state.groups_for(job)):
         return PendingReason.NO_USABLE_NODES
     if cycle.holds and _fits_without_holds(state, job, cycle):
         return PendingReason.HELD_FOR_RESERVATION

@@ -207,29 +207,3 @@ class SchedulerState:
     # ----------------------------------------------------------------- reports
     def allocated_gpus(self) -> float:
         return sum(u.gpus for u in self.usage.values())
-
-    def shadow_time(self, models: frozenset[str], need: float, now: float,
-                    free_now: float) -> tuple[float, float]:
-        """When ``need`` GPUs of ``models`` will be free if running jobs end as expected.
-
-        Returns (shadow time, GPUs spare at that time beyond ``need``); infinite
-        when running jobs without estimates hold the GPUs.
-        """
-        free = free_now
-        if free >= need:
-            return now, free - need
-        topo = self.topo
-        for end, jid in self.ends:
-            if end == math.inf:
-                break
-            run = self.running[jid]
-            if not models.intersection(run.models):
-                continue
-            p = run.placement
-            model = topo.nodes[topo.gpu_node[p.gpus[0] if p.gpus else p.slices[0].gpu]].gpu_model
-            if model not in models:
-                continue
-            free += run.gpu_equivalents
-            if free >= need:
-                return max(end, now), free - need
-        return math.inf, 0.0
