@@ -7,6 +7,7 @@ import typer
 from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
+from grace.cli.plan import plan
 from grace.cli.simulate import compare, simulate
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
@@ -38,6 +39,7 @@ app.command()(inject)
 app.command()(simulate)
 app.command()(compare)
 app.command()(whatif)
+app.command()(plan)
 
 
 if __name__ == "__main__":

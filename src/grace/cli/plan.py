@@ -1,0 +1,107 @@
+"""``grace plan``: own, colocate, rent or mix? A table, JSON and an HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from grace.spec.errors import SpecError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.0f}"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"${v:.2f}"
+
+
+def check_utilization(value: float) -> float:
+    """Utilization is a fraction: 0.6 means 60%. A number above 1 is refused, not guessed at."""
+    if value > 1.0:
+        raise typer.BadParameter(
+            f"{value:g} is above 1: utilization is a fraction of time the GPUs do useful work; "
+            f"write {value / 100:g} for {value:g}%", param_hint="--utilization")
+    if value <= 0.0:
+        raise typer.BadParameter("must be more than 0 (a fraction, 0.6 for 60%)",
+                                 param_hint="--utilization")
+    return value
+
+
+def plan(
+    gpus: float = typer.Option(..., "--gpus", min=1, help="GPUs the workload keeps busy at peak"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU model (a name from `grace gpus`)"),
+    utilization: float = typer.Option(
+        ..., "--utilization", callback=check_utilization,
+        help="average share of the GPUs doing useful work, a fraction in (0, 1]: 0.6 = 60%"),
+    months: int = typer.Option(..., "--months", min=1, help="how long the workload lasts"),
+    prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
+    cloud: str = typer.Option("hyperscaler", "--cloud",
+                              help="whose offers the cloud options use (a key under clouds:)"),
+    egress_gb: float = typer.Option(0.0, "--egress-gb-per-month", min=0.0,
+                                    help="data moved out of the cloud each month, GB"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the plan as JSON here"),
+    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
+) -> None:
+    """Compare on-prem, colo, cloud (on-demand, 1-year, 3-year) and hybrid for one workload."""
+    from grace.cost.plan import plan as make_plan
+    from grace.cost.pricebook import load_pricebook
+    from grace.cost.workload import Workload
+
+    try:
+        book = load_pricebook(prices)
+        book.offers(gpu, cloud)
+        result = make_plan(Workload(gpus, gpu, utilization, months, cloud, egress_gb), book)
+    except (SpecError, ValueError) as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+    console.print(_table(result))
+    threshold = result["owning_beats_renting_above_utilization"]
+    unclamped = result["owning_beats_renting_above_utilization_unclamped"]["on-prem"]
+    console.print("owning (on-prem) beats renting on demand above "
+                  + (f"[bold]{100 * threshold:.1f}%[/bold] utilization" if threshold is not None
+                     else f"[bold]no utilization[/bold] (it would need {100 * unclamped:.0f}%)"))
+    console.print(_sensitivity_table(result["sensitivity"][:8]))
+    if json_out:
+        from grace.cli.simulate import _write_json
+
+        _write_json(json_out, result)
+        err.print(f"json: {json_out}")
+    if html_out:
+        from grace.cost.report import write_plan_html
+
+        write_plan_html(result, html_out)
+        err.print(f"report: {html_out}")
+
+
+def _table(result: dict[str, Any]) -> Table:
+    w = result["inputs"]["workload"]
+    t = Table(title=f"{w['gpus']:g} x {w['gpu']} at {100 * w['utilization']:.0f}% for "
+                    f"{w['months']} months ({w['useful_gpu_hours']:,.0f} useful GPU-h)")
+    for col in ("option", "total", "$/useful GPU-h", "breakeven month", "note"):
+        t.add_column(col, justify="left" if col in ("option", "note") else "right")
+    for o in result["options"]:
+        name = o["name"] + (" *" if o["name"] == result["cheapest"] else "")
+        be = o["breakeven_month"]
+        t.add_row(name, _usd(o["total_usd"]), _rate(o["usd_per_useful_gpu_hour"]),
+                  "-" if be is None else str(be), o["note"])
+    t.caption = "* cheapest; breakeven: first month cheaper than renting the same hours on demand"
+    return t
+
+
+def _sensitivity_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="What moves the owning-vs-renting utilization most")
+    for col in ("input", "low", "value", "high", "threshold at low", "threshold at high"):
+        t.add_column(col, justify="left" if col == "input" else "right")
+    for r in rows:
+        t.add_row(r["input"], f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
+                  f"{100 * r['owning_beats_renting_above_utilization_at_low']:.1f}%",
+                  f"{100 * r['owning_beats_renting_above_utilization_at_high']:.1f}%")
+    return t
