@@ -125,20 +125,7 @@ def test_satisfies_the_backend_protocol(lab: ClusterSpec, tmp_path: Path) -> Non
     b.drain("a100-00", "test")
 
 
-def test_launch_rejects_bad_specs(lab: ClusterSpec, tmp_path: Path) -> None:
-    b = backend(lab, tmp_path)
-    with pytest.raises(ValueError, match="no nodes"):
-        b.launch(launch_spec(tmp_path, nodes=()))
-    with pytest.raises(ValueError, match="twice"):
-        b.launch(launch_spec(tmp_path, nodes=(TWO_BY_TWO[0], TWO_BY_TWO[0])))
-
-
-def test_adopt_refuses_foreign_handles(lab: ClusterSpec, tmp_path: Path) -> None:
-    b = backend(lab, tmp_path)
-    with pytest.raises(ValueError, match="bad handle"):
-        b.adopt(1, 1, "not json")
-    with pytest.raises(ValueError, match="bad handle"):
-        b.adopt(1, 1, json.dumps({"v": 1, "backend": "slurm"}))
+# Bad specs, foreign handles and what every backend promises: test_contract.py.
 
 
 def test_adopt_of_a_vanished_attempt_is_false(lab: ClusterSpec, tmp_path: Path) -> None:

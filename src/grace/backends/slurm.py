@@ -61,7 +61,14 @@ import grace
 from grace.backends import local_agent
 from grace.backends.base import AttemptStatus, LaunchSpec, Observation
 from grace.backends.local_agent import read_json, write_json_atomic
-from grace.backends.slurm_cli import SlurmCli, SlurmError, parse_exit_code, parse_record, parse_table
+from grace.backends.slurm_cli import (
+    SlurmCli,
+    SlurmError,
+    expand_hostlist,
+    parse_exit_code,
+    parse_record,
+    parse_table,
+)
 from grace.backends.slurm_inventory import (
     DEFAULT_GPU,
     GRACE_REASON_PREFIX,
@@ -246,8 +253,8 @@ class SlurmBackend:
             if (data["job_id"], data["attempt"]) != (job_id, attempt):
                 raise ValueError(f"handle is for job {data['job_id']} attempt {data['attempt']}")
             slurm_id = str(data["slurm_job_id"])
-        except (KeyError, TypeError, json.JSONDecodeError) as e:
-            raise ValueError(f"unreadable handle: {e}") from e
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"job {job_id} attempt {attempt}: bad handle: {e}") from e
         found = self._lookup(slurm_id)
         if found is None:
             return False
@@ -376,7 +383,8 @@ unset {' '.join(_SCRUB)}
 {exports}
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 port=$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN} ))
-echo "grace: job $GRACE_JOB_ID attempt $GRACE_ATTEMPT = slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, rendezvous $head:$port"
+echo "grace: job $GRACE_JOB_ID attempt $GRACE_ATTEMPT = slurm job $SLURM_JOB_ID" \\
+     "on $SLURM_JOB_NODELIST, rendezvous $head:$port"
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
      --output={q(str(attempt_dir))}/%N.log bash {q(str(attempt_dir / 'node.sh'))} "$head" "$port" &
 step=$!
@@ -529,8 +537,6 @@ exec {py} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --node-rank="
 
     def _down_node(self, nodelist: str) -> str | None:
         """The first node of a failed job that Slurm now has down or failing."""
-        from grace.backends.slurm_cli import expand_hostlist
-
         names = set(expand_hostlist(nodelist))
         try:
             for n in self.node_states():

@@ -8,7 +8,9 @@ from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
 from grace.cli.plan import plan
+from grace.cli.showback import showback
 from grace.cli.simulate import compare, simulate
+from grace.cli.slurm import slurm_import, with_backend_options
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
 from grace.cli.whatif import whatif
@@ -26,7 +28,8 @@ app.command()(policies)
 
 app.command()(demo)
 app.command(name="twin-demo")(twin_demo)
-app.command()(up)
+app.command(name="up")(with_backend_options(up))
+app.command(name="slurm-import")(slurm_import)
 app.command()(submit)
 app.command()(jobs)
 app.command()(job)
@@ -40,6 +43,7 @@ app.command()(simulate)
 app.command()(compare)
 app.command()(whatif)
 app.command()(plan)
+app.command()(showback)
 
 
 if __name__ == "__main__":

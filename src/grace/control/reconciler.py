@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment, Observation
+from grace.control.node_sync import sync_node_states
 from grace.control.snapshot import JobCompiler, build_state, nodes_to_placement, placement_to_nodes
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
@@ -127,6 +128,7 @@ class Reconciler:
         for obs in self.backend.poll():
             self._observe(obs, now, report)
         self._health_signals(now)
+        sync_node_states(self.store, self.backend, now)  # Slurm's own node states, both ways
         self._check_heartbeats(now)
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)

@@ -16,27 +16,32 @@ from pathlib import Path
 
 import uvicorn
 
+from grace.backends.base import Backend
 from grace.backends.local import LocalBackend
 from grace.control.api import create_app
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store
 from grace.core.policies import get_policy
 from grace.core.topology import Topology
+from grace.spec.cluster import ClusterSpec
 from grace.spec.loader import load_cluster
 
 log = logging.getLogger("grace.server")
 DEFAULT_PORT = 8470
+DEFAULT_CLUSTER = Path("examples/clusters/lab.yaml")
 
 
 @dataclass
 class ServerConfig:
-    cluster: Path
+    cluster: Path | None  # None: the default file, or with Slurm the cluster Slurm reports
     db_url: str | None
     port: int
     state_dir: Path
     policy: str = "grace"
     interval_s: float = 1.0
     host: str = "127.0.0.1"
+    # local | slurm; None: $GRACE_BACKEND, else local (see docs/slurm.md for the Slurm knobs)
+    backend: str | None = None
     heartbeat_timeout_s: float = 30.0
 
 
@@ -59,15 +64,35 @@ class ReconcileLoop(threading.Thread):
             self.stopping.wait(self.interval_s)
 
 
+def make_backend(cfg: ServerConfig) -> tuple[Backend, ClusterSpec]:
+    """The backend ``cfg`` names and the cluster Grace schedules on.
+
+    With Slurm the cluster comes from Slurm's own inventory unless a file is
+    given; ``$GRACE_SLURM_PARTITION`` and ``$GRACE_SLURM_DEFAULT_GPU`` tune it.
+    """
+    name = cfg.backend or os.environ.get("GRACE_BACKEND", "local")
+    if name == "slurm":
+        from grace.backends.slurm import SlurmBackend  # only Slurm sites need its tools
+        from grace.backends.slurm_inventory import DEFAULT_GPU
+
+        slurm = SlurmBackend(cfg.state_dir, cluster=load_cluster(cfg.cluster) if cfg.cluster else None,
+                             partition=os.environ.get("GRACE_SLURM_PARTITION") or None,
+                             default_gpu=os.environ.get("GRACE_SLURM_DEFAULT_GPU") or DEFAULT_GPU)
+        return slurm, slurm.inventory()
+    if name != "local":
+        raise ValueError(f"unknown backend {name!r}; use local or slurm")
+    spec = load_cluster(cfg.cluster or DEFAULT_CLUSTER)
+    return LocalBackend(spec, cfg.state_dir), spec
+
+
 def serve(cfg: ServerConfig) -> None:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    spec = load_cluster(cfg.cluster)
+    backend, spec = make_backend(cfg)
     # jobs inherit it, so grace.runtime finds the control plane for heartbeats
     os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
     topo = Topology.from_spec(spec)
     url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
     store = Store.open(url)
-    backend = LocalBackend(spec, cfg.state_dir)
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
                             heartbeat_timeout_s=cfg.heartbeat_timeout_s)
     loop = ReconcileLoop(reconciler, cfg.interval_s)

@@ -1,0 +1,76 @@
+"""Node states both ways between Grace's store and an executing system that has its own.
+
+Slurm keeps node states of its own, and people change them there (``scontrol
+update state=drain``), as does Slurm itself (a node that stops answering goes
+``DOWN``). Grace's health model must see that, and Slurm must see Grace's
+drains, or each would schedule onto nodes the other took out. Each reconcile
+cycle compares the two and moves whichever is behind:
+
+- out in Slurm, for a reason that is not Grace's -> ``draining`` in Grace, actor
+  ``slurm``, with Slurm's state and reason (its jobs finish or fail as Slurm
+  decides; the reconciler makes it ``drained`` when they have left);
+- back in service in Slurm, and out in Grace only because of Slurm (actor
+  ``slurm``) -> ``returned`` in Grace;
+- out in Grace (signal, API or CLI drain) but in service in Slurm -> drained in
+  Slurm with Grace's reason, prefixed ``grace:`` so the next cycle knows it is ours;
+- back in service in Grace, still drained in Slurm by Grace -> resumed in Slurm.
+
+Backends without node states of their own (local) are left out: the check is
+the ``node_states`` capability.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from grace.control.store import repository as repo
+from grace.control.store.db import Store
+
+log = logging.getLogger("grace.node_sync")
+
+IN_SERVICE = {"healthy", "degraded", "returned"}
+OUT = {"draining", "drained", "diagnosing"}
+#: The actor Grace records for moves it copies from the executing system.
+EXTERNAL_ACTOR = "slurm"
+
+
+def _described(node: Any) -> str:
+    flags = "+".join(sorted(node.flags))
+    state = f"{node.state}+{flags}" if flags else node.state
+    return f"{EXTERNAL_ACTOR}: {state}" + (f": {node.reason}" if node.reason else "")
+
+
+def sync_node_states(store: Store, backend: Any, now: float) -> None:
+    """One comparison, both directions (see the module docstring)."""
+    if "node_states" not in getattr(backend, "capabilities", ()):
+        return
+    try:
+        external = {n.name: n for n in backend.node_states()}
+    except Exception:  # the executing system is briefly unreachable: try next cycle
+        log.exception("cannot read node states from %s", backend.name)
+        return
+    to_drain: list[tuple[str, str]] = []
+    to_resume: list[str] = []
+    with store.transaction() as s:
+        for row in repo.nodes(s):
+            ext = external.get(row.name)
+            if ext is None:
+                continue
+            state = str(row.state)
+            if ext.out_of_service and not ext.drained_by_grace:
+                if state in IN_SERVICE:
+                    repo.set_node_state(s, row.name, "draining", _described(ext), EXTERNAL_ACTOR, now)
+            elif not ext.out_of_service and row.actor == EXTERNAL_ACTOR and state in ("draining", "drained"):
+                repo.set_node_state(s, row.name, "returned", f"{EXTERNAL_ACTOR}: back in service",
+                                    EXTERNAL_ACTOR, now)
+            elif state in OUT and row.actor != EXTERNAL_ACTOR and not ext.out_of_service:
+                to_drain.append((row.name, row.reason or "drained by Grace"))
+            elif state in IN_SERVICE and ext.out_of_service and ext.drained_by_grace:
+                to_resume.append(row.name)
+    for name, reason in to_drain:
+        log.warning("draining %s in %s: %s", name, backend.name, reason)
+        backend.drain(name, reason)
+    for name in to_resume:
+        log.warning("resuming %s in %s: back in service in Grace", name, backend.name)
+        backend.resume(name)
