@@ -1,6 +1,5 @@
 """Builders for the cost tests: a price book with round numbers, worked out by hand.
 
-
 Built the way a user's override is (``overlay`` over the shipped defaults), so
 it also exercises that path.
 """

@@ -8,6 +8,7 @@ from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
 from grace.cli.plan import plan
+from grace.cli.showback import showback
 from grace.cli.simulate import compare, simulate
 from grace.cli.slurm import slurm_import, with_backend_options
 from grace.cli.twin_demo import twin_demo
@@ -42,6 +43,7 @@ app.command()(simulate)
 app.command()(compare)
 app.command()(whatif)
 app.command()(plan)
+app.command()(showback)
 
 
 if __name__ == "__main__":

@@ -255,6 +255,13 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                      "preemptions_per_hour": t.preemptions_per_hour,
                      "gpu_hours": hours.get(t.name, 0.0)} for t in repo.tenants(s)]
 
+    @app.get("/showback")
+    def showback(since: float | None = None) -> dict[str, Any]:
+        """Per tenant and job: GPU-hours allocated and useful, hours lost, cost (docs/cost.md)."""
+        from grace.cost.showback_live import live_showback
+
+        return live_showback(store, topo, state_dir, _now(), since)
+
     @app.put("/tenants/{name}")
     def set_quota(name: str, body: QuotaRequest) -> dict[str, Any]:
         with store.transaction() as s:

@@ -34,6 +34,7 @@ class SimResult:
     jct_s: np.ndarray
     queue_s: np.ndarray
     tenants: dict[str, dict[str, float]] = field(default_factory=dict)
+    jobs: list[SimJob] = field(default_factory=list)  # per-job records (showback)
 
 
 class MetricsRecorder:
@@ -134,7 +135,7 @@ class MetricsRecorder:
             "wall_s": wall_s,
             "events_per_s": events / wall_s if wall_s > 0 else 0.0,
         }
-        return SimResult(summary, self.series, jct, queue, tenants)
+        return SimResult(summary, self.series, jct, queue, tenants, jobs)
 
     @staticmethod
     def _tenants(done: list[SimJob], jobs: list[SimJob]) -> dict[str, dict[str, float]]:
