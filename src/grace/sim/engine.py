@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
@@ -37,11 +37,14 @@ from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, on_fai
 from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
+from grace.sim.bursting import TwinCloud
 from grace.sim.events import EventKind, EventQueue
 from grace.sim.failures import FailureModel, NodeFailure, draw_failures
 from grace.sim.metrics import MetricsRecorder, SimResult
 from grace.sim.runtime_model import RuntimeModel
 from grace.sim.traces.model import TraceJob
+from grace.spec.bursting import BurstingSpec
+from grace.spec.cluster import PoolKind
 
 
 @dataclass(slots=True)
@@ -84,6 +87,8 @@ class SimConfig:
         default_factory=lambda: RestartPolicy(exclude_failed_node=False))
     until_s: float | None = None  # stop the clock here (what-if runs of one long job)
     health_table: HealthTable | None = None  # None: the default table (core.health)
+    bursting: BurstingSpec | None = None  # cloud pools rented on demand (sim.bursting)
+    pool_kinds: dict[str, PoolKind] = field(default_factory=dict)  # pool -> kind, for routing
 
 
 class TraceCompiler:
@@ -151,6 +156,11 @@ class Simulation:
         self.node_jobs: dict[int, set[JobId]] = {}
         self.lemons: frozenset[int] = frozenset()
         self.health: HealthMonitor | None = None
+        self.cloud: TwinCloud | None = None
+        if config.bursting is not None:
+            self.cloud = TwinCloud(config.bursting, topo, config.pool_kinds, config.seed)
+            self.cloud.unprovision_all(self)
+            self.metrics.total_gpus = self.cloud.owned_gpus
         self._compile(jobs)
         if config.failures is not None:
             self.health = HealthMonitor([n.name for n in topo.nodes], config.health_table)
@@ -167,6 +177,8 @@ class Simulation:
             if pj is None:
                 self.unplaceable.append(tj)
                 continue
+            if self.cloud is not None:
+                pj = replace(pj, pools=self.cloud.route(pj), shape=())
             self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
 
@@ -211,9 +223,13 @@ class Simulation:
                     self._node_failed(payload, now)
                 elif kind == EventKind.NODE_RETURN:
                     self._diagnostic_done(*payload, now)
+            if self.cloud is not None:
+                self.cloud.due(self, now)
             result = decide(state, now)
             if result.changed:
                 self._apply(result, now)
+            if self.cloud is not None:
+                self.cloud.after_cycle(self, now, result)
             metrics.after_cycle(now, state)
             if self.progress and now - last_progress > horizon / 200:
                 last_progress = now
@@ -225,16 +241,21 @@ class Simulation:
                 if job.outcome == "running":
                     self._bank(job, end, complete=False, partial=True)
         wall = time.perf_counter() - wall0
-        return metrics.finish(self.jobs.values(), self.unplaceable, n_events, wall)
+        out = metrics.finish(self.jobs.values(), self.unplaceable, n_events, wall)
+        if self.cloud is not None:
+            out.summary |= self.cloud.finish(metrics.last_t or 0.0)
+        return out
 
     def _all_done(self) -> bool:
         """With failures drawn far ahead, stop once every job has ended."""
-        return (self.config.failures is not None and self.metrics.ended == len(self.jobs)
-                and not self.state.pending)
+        return ((self.config.failures is not None or self.cloud is not None)
+                and self.metrics.ended == len(self.jobs) and not self.state.pending)
 
     # ----------------------------------------------------------------- attempts
     def _plan(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
         f = self.config.failures
+        if f is None and self.cloud is not None:
+            return self.cloud.plan_for(job, slowdown)
         if f is None:
             return (self.config.restart_overhead_s if job.attempt else 0.0, slowdown, math.inf, 0.0)
         gpus = max(job.pending.gpu_equivalents, 1e-3)
@@ -343,7 +364,8 @@ class Simulation:
         if decision.job is None:
             self._ended(job, now, "failed")
             return
-        job.stalled = 0 if progressed else job.stalled + (kind is not FailureKind.NODE)
+        job.stalled = 0 if progressed else job.stalled + (
+            kind not in (FailureKind.NODE, FailureKind.PREEMPTED))
         job.attempt += 1
         job.outcome = "pending"
         job.pending = decision.job

@@ -58,6 +58,7 @@ class MetricsRecorder:
         self.restarts = 0
         self.lemons_flagged = 0
         self.breaker_trips = 0
+        self.rented_gpus = 0.0  # GPUs held on rented cloud nodes: not the cluster's own
         self.series: dict[str, list[float]] = {"t_s": [], "allocated_gpus": [], "queued_jobs": []}
         self._sample_every = 0.0
 
@@ -76,7 +77,7 @@ class MetricsRecorder:
             self.last_t = now
 
     def after_cycle(self, now: float, state: SchedulerState) -> None:
-        self._alloc = state.allocated_gpus()
+        self._alloc = state.allocated_gpus() - self.rented_gpus
         self._queue = len(state.pending)
         self._frag = (self.total_gpus - self._alloc) if self._queue else 0.0
         s = self.series

@@ -18,6 +18,7 @@ from grace.sim.engine import SimConfig, Simulation
 from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
 from grace.sim.traces.model import Trace
+from grace.spec.bursting import BurstingSpec
 
 
 @dataclass
@@ -31,11 +32,13 @@ class ReplayInput:
 def replay(inp: ReplayInput, policy: str, seed: int = 0,
            quotas: dict[str, TenantQuota] | None = None, use_estimates: bool = True,
            progress: Callable[[float], None] | None = None,
-           failures: FailureModel | None = None) -> SimResult:
+           failures: FailureModel | None = None,
+           bursting: BurstingSpec | None = None) -> SimResult:
     """Run one policy over the trace; the summary carries the inputs it assumed."""
     t0 = time.perf_counter()
     config = SimConfig(policy=get_policy(policy), quotas=quotas or {}, seed=seed,
-                       use_estimates=use_estimates, failures=failures)
+                       use_estimates=use_estimates, failures=failures, bursting=bursting,
+                       pool_kinds=_pool_kinds(inp, bursting) if bursting is not None else {})
     sim = Simulation(inp.topo, inp.trace.jobs, config, progress=progress)
     horizon = max((j.submit_s for j in inp.trace.jobs), default=0.0)
     sim.metrics.set_horizon(max(horizon, 1.0))
@@ -58,10 +61,26 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
             "checkpoint_s": failures.checkpoint_s, "repair_s": failures.repair_s,
             "lemon_share": failures.lemon_share,
             "checkpoint_interval": failures.checkpoint_interval_s or "auto"},
+        "bursting": None if bursting is None else {
+            "enabled": bursting.enabled, "queue_wait_threshold_s": bursting.queue_wait_threshold_s,
+            "offers": [o.name for o in bursting.offers]},
     }
     result.summary = header | s
     result.summary["tenants"] = result.tenants
     return result
+
+
+def _pool_kinds(inp: ReplayInput, bursting: BurstingSpec) -> dict:
+    """Pool kinds come from the cluster spec (the topology keeps only pool names); the
+    offers must name its cloud pools."""
+    from grace.sim.bursting import pool_kinds_of
+    from grace.spec.loader import load_cluster
+
+    cluster = load_cluster(inp.cluster_path)
+    problems = bursting.check_cluster(cluster)
+    if problems:
+        raise ValueError("bursting does not fit the cluster:\n" + "\n".join(problems))
+    return pool_kinds_of(cluster)
 
 
 def load_input(cluster: Path, trace: Path, fmt: str, columns: str | None) -> ReplayInput:

@@ -105,6 +105,10 @@ class JobSpec(BaseModel):
     runtime_limit: Duration | None = None
     elastic: ElasticSpec | None = None
     preemptible: bool = False
+    sensitive_data: bool = Field(
+        default=False, description="its data may not leave owned hardware (bursting routes)")
+    dataset_gb: float = Field(
+        default=0.0, ge=0, description="data to move if it bursts: dataset_gb x egress $/GB")
 
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import ClusterSpec
 from grace.spec.errors import SpecError, SpecProblem, from_validation_error
 from grace.spec.gpus import BUILTIN_GPUS, GpuModel
@@ -91,6 +92,14 @@ def parse_cluster(data: Any, source: str = "<cluster>") -> ClusterSpec:
     return _validate(ClusterSpec, data, source)
 
 
+def parse_bursting(data: Any, source: str = "<bursting>") -> BurstingSpec:
+    """``kind: bursting``, or a file with a top-level ``bursting:`` section."""
+    if isinstance(data, dict) and "bursting" in data and "kind" not in data:
+        return _validate(BurstingSpec, data["bursting"], source, "bursting")
+    data = _strip_kind(data, "bursting", source)
+    return _validate(BurstingSpec, data, source)
+
+
 def parse_jobs(
     data: Any, source: str = "<jobs>", catalog: dict[str, GpuModel] | None = None
 ) -> list[JobSpec]:
@@ -148,11 +157,17 @@ def detect_kind(data: Any) -> str:
             return str(data["kind"]).lower()
         if "node_groups" in data:
             return "cluster"
+        if "bursting" in data or "offers" in data:
+            return "bursting"
     return "job"
 
 
 def load_cluster(path: Path | str) -> ClusterSpec:
     return parse_cluster(read_yaml(path), str(path))
+
+
+def load_bursting(path: Path | str) -> BurstingSpec:
+    return parse_bursting(read_yaml(path), str(path))
 
 
 def load_jobs(path: Path | str, catalog: dict[str, GpuModel] | None = None) -> list[JobSpec]:

@@ -1,0 +1,327 @@
+"""Hybrid cloud bursting: where each job may run, when to rent, what to rent, what to return.
+
+Pure policy, like ``decide``: no I/O, no clock, no randomness. The twin
+(``grace.sim.bursting``) and the live controller (``grace.control.bursting``)
+call the same three functions and carry out the typed decisions.
+
+**Routing** (``route``): a job may use a pool when the workload class's route
+allows the pool's kind and, for a cloud pool provisioned by an offer, the
+offer's kind; a job with sensitive data only pools of ``sensitive_data_pools``
+kinds; a spot pool only when the job's runtime limit (or, without one, its
+estimate) is known and at most ``max_spot_runtime_s``. The result becomes the
+job's ``PendingJob.pools``, and since placement works inside one
+(pool, GPU model) group, a gang never spans two pools.
+
+**When to rent** (``plan_bursts``): the forecast queue wait of burstable work
+passes ``queue_wait_threshold_s``. The forecast is a list-scheduling estimate
+over owned capacity: waiting jobs (those whose reason is capacity, not quota)
+are taken oldest first; the k-th needs the GPUs of all jobs before it plus its
+own, less the owned GPUs free now; running jobs on owned capacity release
+their GPUs at their expected ends (in order); the k-th job's forecast wait is
+the time at which enough have been released. It ignores that the jobs ahead
+also end and give their GPUs back, so it overestimates waits deep in the queue
+(that is what makes it cheap: one merge walk per evaluation) and it counts a
+running job with no estimate as never ending.
+
+**What to rent**: the allowed offer with the lowest *expected* cost for that
+job (the next cheapest when its pool is full), not the lowest sticker price::
+
+    nodes      = ceil(gpus / offer.gpus_per_node)        (billed per whole node)
+    restarts   = preemptions_per_hour x nodes x runtime_h (any node lost stops the gang)
+    overhead_h = restart_s/3600 + checkpoint_interval_s/2/3600  (work lost per restart)
+    usd        = usd_per_gpu_hour x nodes x gpus_per_node x (runtime_h + restarts x overhead_h)
+               + dataset_gb x egress_usd_per_gb          (data gravity)
+
+Capacity already provisioned or on its way counts first, so one job is not
+rented for twice.
+
+**What to return** (``plan_releases``): a provisioned node of a non-committed
+offer that has held no job for ``idle_release_s``. Reserved (1y/3y) nodes are
+paid whether used or not, so they are never released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from grace.core.decisions import PendingReason
+from grace.core.jobs import JobId, PendingJob
+from grace.core.state import SchedulerState
+from grace.core.topology import Topology
+from grace.spec.bursting import COMMITTED, BurstingSpec, OfferKind, OfferSpec
+from grace.spec.cluster import PoolKind
+from grace.spec.job import WorkloadClass
+
+#: Reasons that more GPUs would cure; a job over its quota gains nothing from renting.
+CAPACITY_REASONS = frozenset({PendingReason.WAITING_FOR_CAPACITY, PendingReason.NO_USABLE_NODES,
+                              PendingReason.HELD_FOR_RESERVATION, PendingReason.NOT_EXAMINED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobTraits:
+    """What routing needs beyond the PendingJob: facts from the JobSpec."""
+
+    sensitive_data: bool = False
+    dataset_gb: float = 0.0
+
+
+NO_TRAITS = JobTraits()
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionNodes:
+    """Rent ``count`` nodes of ``offer`` (its pool's unprovisioned nodes)."""
+
+    offer: str
+    count: int
+    for_jobs: tuple[JobId, ...]
+    expected_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseNodes:
+    """Give back these provisioned nodes (topology indices) of ``offer``."""
+
+    offer: str
+    nodes: tuple[int, ...]
+    reason: str = "idle"
+
+
+@dataclass
+class BurstPlan:
+    """The spec bound to one topology: which pools are owned, which offer each cloud pool is."""
+
+    spec: BurstingSpec
+    pool_kinds: dict[str, PoolKind]
+    offers: dict[str, OfferSpec]  # by pool name
+    pool_nodes: dict[str, tuple[int, ...]]  # offer pool -> its nodes, in topology order
+    owned_pools: frozenset[str]
+    pool_order: tuple[str, ...]
+
+    @classmethod
+    def build(cls, spec: BurstingSpec, topo: Topology,
+              pool_kinds: Mapping[str, PoolKind]) -> BurstPlan:
+        offers = {o.pool_name: o for o in spec.offers}
+        order: dict[str, None] = {}
+        nodes: dict[str, list[int]] = {p: [] for p in offers}
+        for n in topo.nodes:
+            order[n.pool] = None
+            if n.pool in nodes:
+                nodes[n.pool].append(n.index)
+        kinds = {p: pool_kinds.get(p, PoolKind.ON_PREM) for p in order}
+        owned = frozenset(p for p, k in kinds.items() if k is not PoolKind.CLOUD)
+        return cls(spec, kinds, offers, {p: tuple(v) for p, v in nodes.items()}, owned,
+                   tuple(order))
+
+    def offer_nodes(self, offer: OfferSpec) -> tuple[int, ...]:
+        return self.pool_nodes.get(offer.pool_name, ())
+
+
+# --------------------------------------------------------------------------- routing
+def runtime_bound_s(job: PendingJob) -> float | None:
+    """The runtime the spot bound is checked against: the limit, else the estimate."""
+    return job.limit_s if job.limit_s is not None else job.estimate_s
+
+
+def spot_allowed(spec: BurstingSpec, job: PendingJob) -> bool:
+    """Spot only for a job known to end within the bound; unknown runtimes never go on spot."""
+    bound = runtime_bound_s(job)
+    return bound is not None and bound <= spec.max_spot_runtime_s
+
+
+def route(plan: BurstPlan, job: PendingJob, traits: JobTraits = NO_TRAITS) -> tuple[str, ...]:
+    """The pools ``job`` may use, in the topology's order (owned first where listed first)."""
+    spec = plan.spec
+    r = spec.routes[WorkloadClass(job.workload_class)]
+    kinds = set(spec.sensitive_data_pools) & set(r.pools) if traits.sensitive_data \
+        else set(r.pools)
+    spot_ok = spot_allowed(spec, job)
+    out: list[str] = []
+    for pool in plan.pool_order:
+        if plan.pool_kinds[pool] not in kinds:
+            continue
+        offer = plan.offers.get(pool)
+        if offer is not None and (offer.kind not in r.offers
+                                  or (offer.kind is OfferKind.SPOT and not spot_ok)):
+            continue
+        out.append(pool)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- expected cost
+def expected_cost_usd(spec: BurstingSpec, offer: OfferSpec, gpus: float, runtime_s: float,
+                      dataset_gb: float = 0.0) -> float:
+    """What running this job on this offer is expected to cost (formula in the module doc)."""
+    nodes = max(1, math.ceil(gpus / offer.gpus_per_node))
+    runtime_h = runtime_s / 3600.0
+    restarts = offer.preemptions_per_hour * nodes * runtime_h
+    overhead_h = (spec.restart_s + spec.checkpoint_interval_s / 2.0) / 3600.0
+    billed_h = runtime_h + restarts * overhead_h
+    return (offer.usd_per_gpu_hour * nodes * offer.gpus_per_node * billed_h
+            + dataset_gb * offer.egress_usd_per_gb)
+
+
+def ranked_offers(plan: BurstPlan, job: PendingJob, traits: JobTraits = NO_TRAITS,
+                  default_runtime_s: float = 3600.0) -> list[tuple[OfferSpec, float]]:
+    """The offers ``job`` may use with its expected cost on each, cheapest first.
+
+    A job with neither limit nor estimate is costed at ``default_runtime_s`` (it can
+    only be offered non-spot capacity anyway)."""
+    runtime = runtime_bound_s(job) or default_runtime_s
+    pools = job.pools if job.pools is not None else route(plan, job, traits)
+    out: list[tuple[OfferSpec, float]] = []
+    for pool in pools:
+        offer = plan.offers.get(pool)
+        if offer is None or offer.gpu not in job.models:
+            continue
+        out.append((offer, expected_cost_usd(plan.spec, offer, job.gpu_equivalents, runtime,
+                                             traits.dataset_gb)))
+    out.sort(key=lambda oc: (oc[1], oc[0].name))
+    return out
+
+
+def cheapest_offer(plan: BurstPlan, job: PendingJob,
+                   traits: JobTraits = NO_TRAITS) -> tuple[OfferSpec, float] | None:
+    """The allowed offer with the lowest expected cost for ``job``, and that cost."""
+    ranked = ranked_offers(plan, job, traits)
+    return ranked[0] if ranked else None
+
+
+# --------------------------------------------------------------------------- fleet view
+@dataclass
+class CloudFleet:
+    """What the driver knows about rented nodes, per offer pool.
+
+    ``ready`` maps a provisioned node to the instant it last became idle (None while a
+    job holds it); ``provisioning`` counts nodes requested and not yet ready.
+    """
+
+    ready: dict[int, float | None] = field(default_factory=dict)
+    provisioning: dict[str, int] = field(default_factory=dict)  # offer pool -> nodes
+
+    def provisioned_or_coming(self, plan: BurstPlan, offer: OfferSpec) -> int:
+        nodes = plan.offer_nodes(offer)
+        return sum(1 for n in nodes if n in self.ready) + self.provisioning.get(offer.pool_name, 0)
+
+
+# --------------------------------------------------------------------------- forecast
+def forecast_waits(state: SchedulerState, plan: BurstPlan, jobs: list[PendingJob],
+                   now: float) -> list[float]:
+    """Forecast queue wait of each of ``jobs`` (oldest first) on owned capacity.
+
+    See the module docstring for the method; jobs whose GPU models differ are
+    forecast against the capacity of their own models only.
+    """
+    topo = state.topo
+    by_models: dict[tuple[str, ...], list[int]] = {}
+    for i, j in enumerate(jobs):
+        by_models.setdefault(j.models, []).append(i)
+    waits = [0.0] * len(jobs)
+    owned = plan.owned_pools
+    for models, idx in by_models.items():
+        mset = set(models)
+        free = sum(g.free_total for key, g in state.capacity.groups.items()
+                   if key[0] in owned and key[1] in mset)
+        ends: list[tuple[float, float]] = []
+        for end, jid in state.ends:
+            run = state.running[jid]
+            if not mset.intersection(run.models):
+                continue
+            nodes = run.placement.nodes(topo)
+            if nodes and topo.nodes[nodes[0]].pool in owned:
+                ends.append((end, run.gpu_equivalents))
+        k = 0
+        released = float(free)
+        need = 0.0
+        for i in idx:
+            need += jobs[i].gpu_equivalents
+            while released + 1e-9 < need and k < len(ends):
+                released += ends[k][1]
+                k += 1
+            if released + 1e-9 >= need:
+                waits[i] = max(0.0, (ends[k - 1][0] - now) if k else 0.0)
+            else:
+                waits[i] = math.inf
+    return waits
+
+
+# --------------------------------------------------------------------------- decisions
+ReasonOf = Callable[[PendingJob], PendingReason | None]
+
+
+def burstable_waiting(state: SchedulerState, reason_of: ReasonOf,
+                      limit: int) -> list[PendingJob]:
+    """Up to ``limit`` waiting jobs, oldest first, that wait for capacity (not quota)."""
+    out: list[PendingJob] = []
+    for job in state.pending.values():
+        r = reason_of(job)
+        if r is None or r not in CAPACITY_REASONS:
+            continue
+        out.append(job)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
+                reason_of: ReasonOf, now: float,
+                traits: Mapping[JobId, JobTraits] | None = None) -> list[ProvisionNodes]:
+    """Nodes to rent now: for each job whose forecast wait passes the threshold, the offer
+    with its lowest expected cost, after capacity already rented or coming is counted."""
+    spec = plan.spec
+    traits = traits or {}
+    waiting = burstable_waiting(state, reason_of, spec.max_jobs_examined)
+    if not waiting:
+        return []
+    waits = forecast_waits(state, plan, waiting, now)
+    # spare rented capacity, in GPUs per offer pool: free on ready nodes, plus nodes coming
+    spare: dict[str, float] = {}
+    for pool, offer in plan.offers.items():
+        free = sum(state.capacity.free_count[n] for n in plan.offer_nodes(offer)
+                   if n in fleet.ready)
+        spare[pool] = free + fleet.provisioning.get(pool, 0) * offer.gpus_per_node
+    wanted: dict[str, tuple[int, list[JobId], float]] = {}
+    for job, wait in zip(waiting, waits, strict=True):
+        if wait <= spec.queue_wait_threshold_s:
+            continue
+        pools = [p for p in (job.pools or ()) if p in plan.offers]
+        if not pools:
+            continue  # not burstable: owned capacity only
+        covered = next((p for p in pools if spare[p] + 1e-9 >= job.gpu_equivalents), None)
+        if covered is not None:
+            spare[covered] -= job.gpu_equivalents
+            continue
+        for offer, cost in ranked_offers(plan, job, traits.get(job.id, NO_TRAITS)):
+            nodes = max(1, math.ceil(job.gpu_equivalents / offer.gpus_per_node))
+            count, jobs, usd = wanted.get(offer.pool_name, (0, [], 0.0))
+            room = min(offer.max_nodes, len(plan.offer_nodes(offer))) \
+                - fleet.provisioned_or_coming(plan, offer) - count
+            if nodes <= room:  # else the next cheapest offer with room
+                wanted[offer.pool_name] = (count + nodes, [*jobs, job.id], usd + cost)
+                spare[offer.pool_name] += nodes * offer.gpus_per_node - job.gpu_equivalents
+                break
+    return [ProvisionNodes(plan.offers[p].name, c, tuple(js), usd)
+            for p, (c, js, usd) in wanted.items()]
+
+
+def plan_releases(plan: BurstPlan, fleet: CloudFleet, now: float) -> list[ReleaseNodes]:
+    """Idle, non-committed rented nodes whose idle time reached ``idle_release_s``."""
+    out: list[ReleaseNodes] = []
+    for offer in plan.offers.values():
+        if offer.kind in COMMITTED:
+            continue
+        idle = tuple(n for n in plan.offer_nodes(offer)
+                     if n in fleet.ready and fleet.ready[n] is not None
+                     and now - fleet.ready[n] >= plan.spec.idle_release_s)  # type: ignore[operator]
+        if idle:
+            out.append(ReleaseNodes(offer.name, idle))
+    return out
+
+
+def never_on_spot(plan: BurstPlan, jobs: Iterable[PendingJob]) -> list[JobId]:
+    """Jobs whose pools include spot though their runtime bound forbids it (should be none)."""
+    spot = {p for p, o in plan.offers.items() if o.kind is OfferKind.SPOT}
+    return [j.id for j in jobs if j.pools and spot.intersection(j.pools)
+            and not spot_allowed(plan.spec, j)]

@@ -1,0 +1,219 @@
+"""Cloud capacity in the twin: rented nodes that arrive late, get preempted and cost money.
+
+The nodes of every offer's cloud pool are in the topology from the start but
+unprovisioned: unusable, unbilled, and not counted as the cluster's own
+capacity in ``gpu_allocation``. After each scheduling cycle the twin hands the
+cycle's pending reasons to ``core.bursting``; its ``ProvisionNodes`` become
+nodes that turn usable after the offer's provisioning delay, its
+``ReleaseNodes`` nodes that turn unusable again. Spot nodes are preempted at the
+offer's rate (exponential times, drawn from the run's seed in event order, so a
+run repeats exactly); their jobs fail with ``FailureKind.PREEMPTED`` and resume
+from their last checkpoint (every ``checkpoint_interval_s``) through the same
+restart path as hardware failures, paying ``restart_s`` on the next attempt.
+
+Spend accrues per provisioned node-hour at the offer's price (whole nodes,
+from ready to released). Idle time is noticed after each cycle, and a node
+still provisioned when the replay ends is billed until its idle timeout.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from grace.core.bursting import (
+    BurstPlan,
+    CloudFleet,
+    JobTraits,
+    ProvisionNodes,
+    ReleaseNodes,
+    plan_bursts,
+    plan_releases,
+    route,
+)
+from grace.core.decisions import DecideResult
+from grace.core.jobs import JobId, PendingJob
+from grace.core.restart import FailureKind
+from grace.core.topology import Topology
+from grace.sim.events import EventKind
+from grace.spec.bursting import BurstingSpec, OfferSpec
+from grace.spec.cluster import ClusterSpec, PoolKind
+
+if TYPE_CHECKING:
+    from grace.sim.engine import SimJob, Simulation
+
+_READY, _PREEMPT = 0, 1
+
+
+def pool_kinds_of(cluster: ClusterSpec) -> dict[str, PoolKind]:
+    return {p.name: p.kind for p in cluster.pools}
+
+
+@dataclass
+class CloudLedger:
+    """What renting cost and what it bought."""
+
+    usd_by_kind: dict[str, float] = field(default_factory=dict)
+    gpu_hours: float = 0.0
+    nodes_provisioned: int = 0
+    spot_preemptions: int = 0
+    burst_jobs: set[JobId] = field(default_factory=set)
+
+    def bill(self, offer: OfferSpec, seconds: float) -> None:
+        hours = max(0.0, seconds) / 3600.0
+        gpu_h = hours * offer.gpus_per_node
+        self.gpu_hours += gpu_h
+        kind = str(offer.kind)
+        self.usd_by_kind[kind] = self.usd_by_kind.get(kind, 0.0) + gpu_h * offer.usd_per_gpu_hour
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "cloud_usd": sum(self.usd_by_kind.values()),
+            "cloud_usd_by_kind": dict(sorted(self.usd_by_kind.items())),
+            "cloud_gpu_hours": self.gpu_hours,
+            "cloud_nodes_provisioned": self.nodes_provisioned,
+            "burst_jobs": len(self.burst_jobs),
+            "spot_preemptions": self.spot_preemptions,
+        }
+
+
+class TwinCloud:
+    """The twin's side of bursting: provisioning delays, preemptions, billing."""
+
+    def __init__(self, spec: BurstingSpec, topo: Topology, pool_kinds: dict[str, PoolKind],
+                 seed: int) -> None:
+        self.spec = spec
+        self.topo = topo
+        self.plan = BurstPlan.build(spec, topo, pool_kinds)
+        self.fleet = CloudFleet()
+        self.ledger = CloudLedger()
+        self.rng = random.Random(f"bursting-{seed}")
+        self.node_offer: dict[int, OfferSpec] = {
+            n: o for o in self.plan.offers.values() for n in self.plan.offer_nodes(o)}
+        self.owned_gpus = sum(n.gpus for n in topo.nodes if n.index not in self.node_offer)
+        self.ready_at: dict[int, float] = {}
+        self.lease: dict[int, int] = {}  # node -> lease number; stale preemptions are ignored
+        self.coming: set[int] = set()
+        self._timers: list[tuple[float, int, int, int, int]] = []  # (t, kind, seq, node, lease)
+        self._seq = 0
+        self.next_check = -math.inf
+        self.allocated = 0.0  # GPUs held on rented nodes, after the last cycle
+        self.restart_due: set[JobId] = set()  # jobs whose next attempt pays restart_s
+
+    # ----------------------------------------------------------------- set-up
+    def unprovision_all(self, sim: Simulation) -> None:
+        for n in self.node_offer:
+            sim.state.set_node_usable(n, False)
+
+    def route(self, job: PendingJob, traits: JobTraits | None = None) -> tuple[str, ...]:
+        return route(self.plan, job, traits or JobTraits())
+
+    def plan_for(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
+        """The attempt plan when only spot preemptions fail jobs: checkpoints every
+        ``checkpoint_interval_s`` (asynchronous, so free), restart cost after a preemption."""
+        restart = self.spec.restart_s if job.pending.id in self.restart_due else 0.0
+        self.restart_due.discard(job.pending.id)
+        return (restart, slowdown, self.spec.checkpoint_interval_s, 0.0)
+
+    # ----------------------------------------------------------------- timers
+    def _timer(self, sim: Simulation, at: float, kind: int, node: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (at, kind, self._seq, node, self.lease.get(node, 0)))
+        sim.events.push(at, EventKind.WAKE)
+
+    def due(self, sim: Simulation, now: float) -> None:
+        """Nodes that became ready and spot nodes preempted up to ``now``; before the cycle."""
+        while self._timers and self._timers[0][0] <= now:
+            _, kind, _, node, lease = heapq.heappop(self._timers)
+            if lease != self.lease.get(node, 0):
+                continue
+            if kind == _READY:
+                self._ready(sim, node, now)
+            elif node in self.fleet.ready:
+                self._preempt(sim, node, now)
+
+    def _ready(self, sim: Simulation, node: int, now: float) -> None:
+        offer = self.node_offer[node]
+        self.coming.discard(node)
+        self.fleet.provisioning[offer.pool_name] -= 1
+        self.fleet.ready[node] = now
+        self.ready_at[node] = now
+        sim.state.set_node_usable(node, True)
+        self._idle_timer(sim, node, now)
+        if offer.preemptions_per_hour > 0:
+            wait = self.rng.expovariate(offer.preemptions_per_hour / 3600.0)
+            self._timer(sim, now + wait, _PREEMPT, node)
+
+    def _preempt(self, sim: Simulation, node: int, now: float) -> None:
+        self.ledger.spot_preemptions += 1
+        for jid in sorted(sim.node_jobs.get(node, ())):
+            job = sim.jobs[jid]
+            if job.outcome == "running":
+                self.restart_due.add(jid)
+                sim._job_failed(job, node, FailureKind.PREEMPTED, now)
+        self._unprovision(sim, node, now)
+
+    def _unprovision(self, sim: Simulation, node: int, now: float) -> None:
+        self.ledger.bill(self.node_offer[node], now - self.ready_at.pop(node))
+        del self.fleet.ready[node]
+        self.lease[node] = self.lease.get(node, 0) + 1
+        sim.state.set_node_usable(node, False)
+
+    def _idle_timer(self, sim: Simulation, node: int, now: float) -> None:
+        sim.events.push(now + self.spec.idle_release_s, EventKind.WAKE)
+
+    # ----------------------------------------------------------------- each cycle
+    def after_cycle(self, sim: Simulation, now: float, result: DecideResult) -> None:
+        """Track idle nodes and the GPUs they hold; release; and, every check interval,
+        ask the policy what to rent."""
+        fleet = self.fleet
+        allocated = 0.0
+        cap = sim.state.capacity
+        for node in fleet.ready:
+            held = sim.node_jobs.get(node)
+            allocated += self.topo.nodes[node].gpus - cap.free_count[node]
+            if held:
+                fleet.ready[node] = None
+                self.ledger.burst_jobs.update(held)
+            elif fleet.ready[node] is None:
+                fleet.ready[node] = now
+                self._idle_timer(sim, node, now)
+        self.allocated = allocated
+        sim.metrics.rented_gpus = allocated
+        if fleet.ready:
+            for rel in plan_releases(self.plan, fleet, now):
+                self.release(sim, rel, now)
+        if self.spec.enabled and sim.state.pending and now >= self.next_check:
+            self.next_check = now + self.spec.check_interval_s
+            for p in plan_bursts(sim.state, self.plan, fleet, result.reason_for, now):
+                self.provision(sim, p, now)
+
+    def provision(self, sim: Simulation, p: ProvisionNodes, now: float) -> None:
+        offer = next(o for o in self.plan.offers.values() if o.name == p.offer)
+        free = [n for n in self.plan.offer_nodes(offer)
+                if n not in self.fleet.ready and n not in self.coming][:p.count]
+        for n in free:
+            self.coming.add(n)
+            self.lease[n] = self.lease.get(n, 0) + 1
+            self._timer(sim, now + offer.provisioning_delay_s, _READY, n)
+        self.fleet.provisioning[offer.pool_name] = \
+            self.fleet.provisioning.get(offer.pool_name, 0) + len(free)
+        self.ledger.nodes_provisioned += len(free)
+
+    def release(self, sim: Simulation, rel: ReleaseNodes, now: float) -> None:
+        for n in rel.nodes:
+            if n in self.fleet.ready and not sim.node_jobs.get(n):
+                self._unprovision(sim, n, now)
+
+    # ----------------------------------------------------------------- end
+    def finish(self, end_s: float) -> dict[str, Any]:
+        """Bill nodes still provisioned: idle ones until their idle timeout, busy ones to the end."""
+        for node, since in list(self.fleet.ready.items()):
+            until = since + self.spec.idle_release_s if since is not None else end_s
+            self.ledger.bill(self.node_offer[node], until - self.ready_at[node])
+        self.fleet.ready.clear()
+        return self.ledger.summary()
+
