@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -60,3 +61,18 @@ def test_showback_endpoint_answers_on_an_empty_cluster(tmp_path: Path) -> None:
     body = r.json()
     assert body["capacity_gpus"] == 12 and body["jobs"] == []
     assert {"1d", "7d"} == set(body["windows"]) and body["totals"]["allocated_gpu_hours"] == 0
+
+
+def test_showback_in_twin_mode_adds_up(tmp_path: Path) -> None:
+    trace = REPO.parent / "shared" / "traces" / "tiresias" / "60_job.csv"
+    if not trace.is_file():
+        pytest.skip(f"public trace not found at {trace}")
+    out = tmp_path / "showback.json"
+    r = runner.invoke(app, ["showback", "--cluster", str(REPO / "examples" / "clusters" /
+                                                         "philly.yaml"),
+                            "--trace", str(trace), "--format", "tiresias", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["totals"]["jobs"] == 60
+    assert sum(t["allocated_gpu_hours"] for t in data["tenants"].values()) == pytest.approx(
+        data["totals"]["allocated_gpu_hours"])
