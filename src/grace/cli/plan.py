@@ -23,8 +23,10 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"${v:.2f}"
 
 
-def check_utilization(value: float) -> float:
+def check_utilization(value: float | None) -> float | None:
     """Utilization is a fraction: 0.6 means 60%. A number above 1 is refused, not guessed at."""
+    if value is None:
+        return None
     if value > 1.0:
         raise typer.BadParameter(
             f"{value:g} is above 1: utilization is a fraction of time the GPUs do useful work; "
@@ -38,10 +40,17 @@ def check_utilization(value: float) -> float:
 def plan(
     gpus: float = typer.Option(..., "--gpus", min=1, help="GPUs the workload keeps busy at peak"),
     gpu: str = typer.Option(..., "--gpu", help="GPU model (a name from `grace gpus`)"),
-    utilization: float = typer.Option(
-        ..., "--utilization", callback=check_utilization,
+    utilization: float | None = typer.Option(
+        None, "--utilization", callback=check_utilization,
         help="average share of the GPUs doing useful work, a fraction in (0, 1]: 0.6 = 60%"),
-    months: int = typer.Option(..., "--months", min=1, help="how long the workload lasts"),
+    months: int | None = typer.Option(
+        None, "--months", min=1,
+        help="how long the workload lasts (with --trace: repeat the trace's months to this)"),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="take each month's useful GPU-hours from this job trace "
+                              "instead of --utilization"),
+    fmt: str = typer.Option("philly", "--format", help="with --trace: the trace's format"),
+    columns: str | None = typer.Option(None, "--columns", help="with --format csv: column map"),
     prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
     cloud: str = typer.Option("hyperscaler", "--cloud",
                               help="whose offers the cloud options use (a key under clouds:)"),
@@ -55,11 +64,26 @@ def plan(
     from grace.cost.pricebook import load_pricebook
     from grace.cost.workload import Workload
 
+    if (trace is None) == (utilization is None):
+        raise typer.BadParameter("give --utilization (with --months) or --trace, not both",
+                                 param_hint="--utilization / --trace")
+    if trace is None and months is None:
+        raise typer.BadParameter("how long? give --months", param_hint="--months")
     try:
         book = load_pricebook(prices)
         book.offers(gpu, cloud)
-        result = make_plan(Workload(gpus, gpu, utilization, months, cloud, egress_gb), book)
-    except (SpecError, ValueError) as e:
+        if trace is not None:
+            from grace.cost.trace_workload import trace_profile
+
+            profile = trace_profile(trace, fmt, columns, months)
+            workload = Workload.from_profile(gpus, gpu, profile, cloud, egress_gb)
+        else:
+            assert utilization is not None and months is not None
+            workload = Workload(gpus, gpu, utilization, months, cloud, egress_gb)
+        result = make_plan(workload, book)
+        if trace is not None:
+            result["inputs"]["workload"]["trace"] = {"path": str(trace), "format": fmt}
+    except (SpecError, ValueError, OSError) as e:
         err.print(f"[red]error[/red] {e}")
         raise typer.Exit(code=2) from e
     console.print(_table(result))

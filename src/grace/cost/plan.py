@@ -57,12 +57,17 @@ def _egress_per_month(w: Workload, book: PriceBook) -> float:
 
 
 def on_demand_option(w: Workload, book: PriceBook) -> PlanOption:
-    """``m * (useful_per_month * on_demand + egress_per_month)``."""
+    """Month m adds ``useful_m * on_demand + egress_per_month`` (``useful_m`` the same each
+    month for a summary workload, month m of the trace's profile otherwise)."""
     rate = book.offers(w.gpu, w.cloud).on_demand_usd_per_gpu_hour.value
-    monthly = w.useful_gpu_hours_per_month * rate + _egress_per_month(w, book)
-    cumulative = tuple(m * monthly for m in range(1, w.months + 1))
-    return PlanOption("cloud-on-demand", cumulative[-1], w.useful_gpu_hours, cumulative,
-                      detail={"usd_per_gpu_hour": rate, "usd_per_month": monthly})
+    egress = _egress_per_month(w, book)
+    cumulative, spent = [], 0.0
+    for useful in w.useful_by_month:
+        spent += useful * rate + egress
+        cumulative.append(spent)
+    return PlanOption("cloud-on-demand", cumulative[-1], w.useful_gpu_hours, tuple(cumulative),
+                      detail={"usd_per_gpu_hour": rate,
+                              "usd_per_month": cumulative[-1] / w.months})
 
 
 def commitment_option(w: Workload, book: PriceBook, name: str) -> PlanOption:
@@ -187,7 +192,8 @@ def plan(w: Workload, book: PriceBook) -> dict[str, Any]:
                                 "months": w.months, "cloud": w.cloud,
                                 "egress_gb_per_month": w.egress_gb_per_month,
                                 "hours_per_month": HOURS_PER_MONTH,
-                                "useful_gpu_hours": w.useful_gpu_hours},
+                                "useful_gpu_hours": w.useful_gpu_hours,
+                                "useful_gpu_hours_by_month": list(w.useful_by_month)},
                    "node_gpus": book.gpu(w.gpu).node_gpus,
                    "prices": used},
         "options": [o.to_json() for o in opts],

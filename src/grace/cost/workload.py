@@ -18,6 +18,9 @@ class Workload:
     ``utilization`` is a fraction in (0, 1]: the useful GPU-hours are
     ``gpus * utilization * 730 * months``. ``egress_gb_per_month`` is data moved out
     of a cloud each month (datasets, checkpoints), billed at the cloud's $/GB.
+    ``profile`` (from a trace, see :meth:`from_profile`) gives each month's useful
+    GPU-hours when they are not the same every month; ``utilization`` is then their
+    average over ``gpus * 730 * months``.
     """
 
     gpus: float
@@ -26,6 +29,24 @@ class Workload:
     months: int
     cloud: str = "hyperscaler"
     egress_gb_per_month: float = 0.0
+    profile: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_profile(cls, gpus: float, gpu: str, profile: tuple[float, ...],
+                     cloud: str = "hyperscaler", egress_gb_per_month: float = 0.0) -> Workload:
+        """A workload whose month ``m`` needs ``profile[m - 1]`` useful GPU-hours on ``gpus``."""
+        if not profile or sum(profile) <= 0:
+            raise ValueError("the profile has no GPU-hours; check the trace")
+        capacity = gpus * HOURS_PER_MONTH
+        busiest = max(range(len(profile)), key=lambda i: profile[i])
+        if profile[busiest] > capacity * (1 + 1e-9):
+            need = profile[busiest] / HOURS_PER_MONTH
+            raise ValueError(
+                f"month {busiest + 1} needs {profile[busiest]:,.0f} GPU-hours but {gpus:g} GPUs "
+                f"give {capacity:,.0f}; use --gpus {need:.0f} or more")
+        utilization = sum(profile) / (capacity * len(profile))
+        return cls(gpus, gpu, utilization, len(profile), cloud, egress_gb_per_month,
+                   tuple(profile))
 
     def __post_init__(self) -> None:
         if not 0.0 < self.utilization <= 1.0:
@@ -36,6 +57,8 @@ class Workload:
             raise ValueError(f"months must be at least 1, got {self.months}")
         if self.egress_gb_per_month < 0:
             raise ValueError("egress_gb_per_month must not be negative")
+        if self.profile is not None and len(self.profile) != self.months:
+            raise ValueError(f"profile has {len(self.profile)} months, workload {self.months}")
 
     @property
     def useful_gpu_hours_per_month(self) -> float:
@@ -43,8 +66,16 @@ class Workload:
         return self.gpus * self.utilization * HOURS_PER_MONTH
 
     @property
+    def useful_by_month(self) -> tuple[float, ...]:
+        """Useful GPU-hours of each month: the profile, or the average every month."""
+        if self.profile is not None:
+            return self.profile
+        return (self.useful_gpu_hours_per_month,) * self.months
+
+    @property
     def useful_gpu_hours(self) -> float:
-        return self.useful_gpu_hours_per_month * self.months
+        return sum(self.useful_by_month) if self.profile is not None else (
+            self.useful_gpu_hours_per_month * self.months)
 
 
 @dataclass(frozen=True)
