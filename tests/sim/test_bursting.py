@@ -7,8 +7,14 @@ alone runs them two at a time.
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from grace.cli.main import app
 from grace.core.decisions import DecideResult
 from grace.core.policies import get_policy
 from grace.core.topology import Topology
@@ -119,3 +125,27 @@ def test_a_burst_is_billed_from_ready_to_release_after_the_idle_timeout():
     assert on["cloud_usd"] == pytest.approx(8 * 2.0 * 4200 / HOUR)
     assert on["cloud_usd_by_kind"] == {"spot": pytest.approx(8 * 2.0 * 4200 / HOUR)}
     assert on["burst_jobs"] == 1 and on["cloud_nodes_provisioned"] == 1
+
+
+def test_grace_simulate_with_bursting_reports_cloud_spend(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("submit,duration,gpus\n" + "".join(
+        f"{i * 60},{4 * HOUR:.0f},8\n" for i in range(6)))
+    cluster = tmp_path / "hybrid.yaml"
+    cluster.write_text(yaml.safe_dump({"kind": "cluster", **CLUSTER.model_dump(mode="json")}))
+    burst = tmp_path / "bursting.yaml"
+    burst.write_text(yaml.safe_dump({"kind": "bursting", **bursting().model_dump(mode="json")}))
+    out, html = tmp_path / "run.json", tmp_path / "run.html"
+    args = ["simulate", "--cluster", str(cluster), "--trace", str(trace), "--format", "csv",
+            "--columns", "submit=submit,duration=duration,gpus=gpus", "--json", str(out)]
+    r = CliRunner().invoke(app, [*args, "--bursting", str(burst), "--html", str(html)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(out.read_text())
+    assert summary["cloud_usd"] > 0 and summary["burst_jobs"] > 0
+    assert summary["bursting"]["offers"] == ["spot", "od"]
+    assert "cloud spend" in r.output and "cloud spend" in html.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: bursting\noffers:\n  - {name: x, gpu: H100-SXM, kind: spot, "
+                   "usd_per_gpu_hour: 1}\n")
+    r = CliRunner().invoke(app, [*args, "--bursting", str(bad)])
+    assert r.exit_code == 2 and "no pool 'x'" in r.output

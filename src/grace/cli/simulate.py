@@ -17,6 +17,7 @@ from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
 from grace.sim.report import SUMMARY_FIELDS, fmt_value, write_html
 from grace.sim.runner import ReplayInput, load_input, replay
+from grace.spec.bursting import BurstingSpec
 from grace.spec.errors import SpecError
 
 console = Console()
@@ -36,6 +37,8 @@ EstOpt = typer.Option(True, "--estimates/--no-estimates",
 FailOpt = typer.Option(False, "--failures/--no-failures",
                        help="inject node and job failures (Llama 3 rates unless --gpu-mtbf-h)")
 MtbfOpt = typer.Option(LLAMA3_GPU_MTBF_H, "--gpu-mtbf-h", min=1.0, help="per-GPU MTBF, hours")
+BurstOpt = typer.Option(None, "--bursting",
+                        help="bursting YAML (kind: bursting): rent the cluster's cloud pools")
 LemonOpt = typer.Option(0.012, "--lemon-share", min=0.0, max=1.0,
                         help="share of nodes failing 10x as often (Meta HPCA'25: 1.2%)")
 
@@ -67,14 +70,32 @@ def _quotas(path: Path | None, inp: ReplayInput) -> dict | None:
         raise typer.Exit(code=2) from e
 
 
+def _bursting(path: Path | None) -> BurstingSpec | None:
+    if path is None:
+        return None
+    from grace.spec.loader import load_bursting
+
+    try:
+        return load_bursting(path)
+    except SpecError as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+
+
 def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
-         estimates: bool, failures: FailureModel | None = None) -> SimResult:
+         estimates: bool, failures: FailureModel | None = None,
+         bursting: BurstingSpec | None = None) -> SimResult:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         task = progress.add_task(f"replaying with {policy}", total=1.0)
-        result = replay(inp, policy, seed, quotas, estimates,
-                        progress=lambda f: progress.update(task, completed=f), failures=failures)
+        try:
+            result = replay(inp, policy, seed, quotas, estimates,
+                            progress=lambda f: progress.update(task, completed=f),
+                            failures=failures, bursting=bursting)
+        except ValueError as e:  # the bursting offers do not fit the cluster's pools
+            err.print(f"[red]error[/red] --bursting: {e}")
+            raise typer.Exit(code=2) from e
     return result
 
 
@@ -84,6 +105,8 @@ def _table(results: dict[str, SimResult]) -> Table:
     for name in results:
         t.add_column(name, justify="right")
     for key, label, how in SUMMARY_FIELDS:
+        if not any(key in r.summary for r in results.values()):
+            continue  # e.g. cloud spend, without --bursting
         t.add_row(label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values()))
     return t
 
@@ -116,12 +139,14 @@ def simulate(
     seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
     html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
     failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
+    bursting: Path | None = BurstOpt,
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
 ) -> None:
     """Replay a job trace on a cluster with one policy; print a table, write JSON/HTML."""
     _check_policy(policy)
+    burst = _bursting(bursting)
     inp = _load(cluster, trace, fmt, columns)
     if no_departures:
         from grace.sim.packing import packing_experiment
@@ -132,7 +157,7 @@ def simulate(
             _write_json(json_out, summary)
         return
     result = _run(inp, policy, seed, _quotas(quotas, inp), estimates,
-                  _failure_model(failures, gpu_mtbf_h, lemon_share))
+                  _failure_model(failures, gpu_mtbf_h, lemon_share), burst)
     console.print(_table({policy: result}))
     if json_out:
         _write_json(json_out, result.summary)

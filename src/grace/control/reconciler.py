@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment, Observation
+from grace.control.bursting import LiveBursting
 from grace.control.node_sync import sync_node_states
 from grace.control.snapshot import JobCompiler, build_state, nodes_to_placement, placement_to_nodes
 from grace.control.store import repository as repo
@@ -132,6 +133,7 @@ class Reconciler:
         self._check_heartbeats(now)
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)
+        self._burst(state, reasons, now)
         result = decide(state, now)
         for stop in result.stops:
             self._stop(int(stop.job_id), now, "timeout: passed its runtime_limit",
@@ -145,6 +147,15 @@ class Reconciler:
         report.running = len(state.running) + len(result.starts)
         report.seconds = time.perf_counter() - t0
         return report
+
+    #: cloud bursting (grace.control.bursting.LiveBursting), when the operator attached one
+    bursting: LiveBursting | None = None
+
+    def _burst(self, state, reasons: dict[int, str | None], now: float) -> None:
+        """Rented nodes: the provider's news, unprovisioned nodes out of the snapshot,
+        routing, idle release and new requests, before ``decide`` sees the snapshot."""
+        if self.bursting is not None:
+            self.bursting.cycle(self, state, reasons, now)
 
     def _snapshot(self, now: float) -> tuple:
         # a read transaction: on SQLite a write one would hold the lock that every

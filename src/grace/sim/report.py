@@ -23,6 +23,9 @@ SUMMARY_FIELDS = (
     ("multi_leaf_share", "multi-leaf share", "%"), ("preemptions", "preemptions", "{:,}"),
     ("restarts", "restarts", "{:,}"), ("jobs_failed", "jobs given up", "{:,}"),
     ("lost_gpu_hours", "GPU-h lost to failures", "{:,.0f}"),
+    ("cloud_usd", "cloud spend ($)", "{:,.0f}"),
+    ("cloud_gpu_hours", "cloud GPU-h", "{:,.0f}"), ("burst_jobs", "burst jobs", "{:,}"),
+    ("spot_preemptions", "spot preemptions", "{:,}"),
     ("wall_s", "wall (s)", "{:.1f}"),
 )
 
@@ -49,11 +52,12 @@ def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
     from plotly.subplots import make_subplots
 
     rows = []
+    fields = [f for f in SUMMARY_FIELDS if any(f[0] in r.summary for r in results.values())]
     for name, r in results.items():
         cells = "".join(f"<td>{fmt_value(r.summary.get(k, 0), how)}</td>"
-                        for k, _, how in SUMMARY_FIELDS)
+                        for k, _, how in fields)
         rows.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
-    head = "".join(f"<th>{label}</th>" for _, label, _ in SUMMARY_FIELDS)
+    head = "".join(f"<th>{label}</th>" for _, label, _ in fields)
     table = f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
 
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
