@@ -68,9 +68,17 @@ def sync_node_states(store: Store, backend: Any, now: float) -> None:
                 to_drain.append((row.name, row.reason or "drained by Grace"))
             elif state in IN_SERVICE and ext.out_of_service and ext.drained_by_grace:
                 to_resume.append(row.name)
+    # a refused update (no operator rights, slurmctld busy) must not end the cycle:
+    # Grace already stopped placing there, and the next cycle tries again
     for name, reason in to_drain:
         log.warning("draining %s in %s: %s", name, backend.name, reason)
-        backend.drain(name, reason)
+        try:
+            backend.drain(name, reason)
+        except Exception:
+            log.exception("could not drain %s in %s", name, backend.name)
     for name in to_resume:
         log.warning("resuming %s in %s: back in service in Grace", name, backend.name)
-        backend.resume(name)
+        try:
+            backend.resume(name)
+        except Exception:
+            log.exception("could not resume %s in %s", name, backend.name)
