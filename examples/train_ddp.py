@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     model = TinyLM(args.vocab, args.d_model, args.layers, args.heads, args.seq_len).to(device)
     if distributed:
-        model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+        # the only buffer is a constant mask: broadcasting it every forward would cost a
+        # collective per step and hide a slow rank's forward inside the wait for it
+        model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None,
+                                        broadcast_buffers=False)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)  # each rank its own data shard

@@ -44,9 +44,11 @@ def _free_port() -> int:
 class Server:
     """One ``grace up`` process on a state directory; restartable on the same directory."""
 
-    def __init__(self, state_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, state_dir: Path, extra_args: tuple[str, ...] = (),
+                 cluster: Path = Path("examples/clusters/lab.yaml")) -> None:
         self.state_dir = state_dir
         self.extra_args = extra_args
+        self.cluster = cluster
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.starts = 0
@@ -59,7 +61,7 @@ class Server:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grace.cli.main", "up", "--cluster",
-             "examples/clusters/lab.yaml", "--port", str(port), "--state-dir", str(self.state_dir),
+             str(self.cluster), "--port", str(port), "--state-dir", str(self.state_dir),
              *self.extra_args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)

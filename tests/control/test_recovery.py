@@ -4,6 +4,7 @@ with nobody issuing a command (issue 6). Slow: real torchrun gangs and a real se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_e2e import Server
+from test_e2e import REPO, Server
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +113,53 @@ def test_a_hung_rank_is_detected_by_missing_heartbeats_and_restarted(server: Ser
     assert len(done["attempts"]) >= 2
     assert done["attempts"][0]["failure_kind"] == "hang"
     assert "heartbeat" in (done["attempts"][0]["detail"] or "")
+
+
+def test_a_straggler_is_moved_off_its_node_from_a_checkpoint(tmp_path: Path):
+    # a 3-node gang (core judges gangs of three or more) on four nodes, so it can move
+    srv = Server(tmp_path / "state", cluster=REPO / "tests/control/data/four_nodes.yaml",
+                 extra_args=("--heartbeat-timeout", "60", "--straggler-window", "5",
+                             # this 2-core box runs 3 ranks beside other tests: ranks differ by
+                             # tens of percent from noise alone, the drill makes one 4x slower
+                             "--straggler-threshold", "0.5")).start()
+    job: int | None = None
+    try:
+        job = srv.submit({"name": "straggler", "tenant": "recovery", "nodes": 3, "gpus_per_node": 1,
+                          "runtime_limit": "10m",
+                          "command": [*TRAIN[:3], "2000", *TRAIN[4:]]})
+        _wait_for_checkpoint(srv, job)
+        slow = srv.get(f"/jobs/{job}")["attempts"][0]["nodes"][1]["node"]  # holds rank 1
+        injected_at = _inject(srv, job, "straggler", rank=1)
+        moved = _wait_for_event(srv, job, "moved", timeout=180)
+        print(f"\nstraggler injected to job moved off it: {moved - injected_at:.1f} s")
+        resumed_at = _first_heartbeat(srv, job, 2)
+        print(f"straggler injected to training resumed elsewhere: {resumed_at - injected_at:.1f} s")
+        done = srv.get(f"/jobs/{job}")
+        first, second = done["attempts"][:2]
+        assert first["failure_kind"] == "straggler" and first["failed_node"] == slow, first
+        assert slow not in {n["node"] for n in second["nodes"]}
+        assert second["resumed_from"], "the move must resume from the checkpoint taken on SIGTERM"
+        # every rank honoured the SIGTERM: checkpointed, then exited 143
+        exits = (srv.state_dir / "jobs" / str(job) / "attempt-1" / "ranks").glob("rank-*.exit")
+        assert {json.loads(p.read_text())["exit_code"] for p in exits} == {143}
+        node = next(n for n in srv.get("/nodes") if n["name"] == slow)
+        assert node["state"] == "degraded" and "straggler" in node["reason"]
+    finally:
+        with contextlib.suppress(Exception):  # never leave a 2000-step gang running
+            assert job is not None
+            httpx.post(f"{srv.url}/jobs/{job}/cancel", timeout=30)
+            srv.wait(job, {"cancelled", "completed", "failed"}, timeout=60)
+        srv.stop()
+
+
+def _wait_for_event(srv: Server, job_id: int, kind: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for e in srv.get(f"/jobs/{job_id}")["events"]:
+            if e["kind"] == kind:
+                return float(e["at"])
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} never had a {kind!r} event\n{srv.server_log()}")
 
 
 def test_a_diverging_run_stops_as_diverged_and_is_not_retried(server: Server):

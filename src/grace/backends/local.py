@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 HANDLE_VERSION = 1
 #: After one node fails (or vanishes), seconds the others get between SIGTERM and SIGKILL.
 TEARDOWN_GRACE_S = 5.0
+#: Faults ``inject`` can cause, with the signal each sends to the rank (None: a drill process).
+INJECTABLE: dict[str, signal.Signals | None] = {
+    "kill-rank": signal.SIGKILL, "hang-rank": signal.SIGSTOP, "straggler": None}
 #: Lines of a node's log quoted in an Observation's detail.
 DETAIL_LINES = 20
 #: Variables of the control plane's own environment that must not leak into a gang.
@@ -300,10 +303,13 @@ class LocalBackend:
     def inject(self, job_id: int, attempt: int, fault: str, rank: int = 0) -> list[int]:
         """Cause a fault on purpose (tests, drills): ``kill-rank`` SIGKILLs the training
         process of global rank ``rank``; ``hang-rank`` SIGSTOPs it, so it stops making
-        progress and heartbeating without dying. Returns the pids it signalled."""
-        sig = {"kill-rank": signal.SIGKILL, "hang-rank": signal.SIGSTOP}.get(fault)
-        if sig is None:
-            raise ValueError(f"unknown fault {fault!r}; the local backend injects kill-rank, hang-rank")
+        progress and heartbeating without dying; ``straggler`` keeps it stopped three
+        quarters of the time (``local_agent throttle``), so it runs at about a quarter
+        of its speed, alive and heartbeating. Returns
+        the pids it signalled (or throttles)."""
+        if fault not in INJECTABLE:
+            raise ValueError(f"unknown fault {fault!r}; the local backend injects "
+                             f"{', '.join(INJECTABLE)}")
         with self._lock:
             a = self._attempts.get((job_id, attempt))
         if a is None:
@@ -318,11 +324,27 @@ class LocalBackend:
             if f"RANK={rank}".encode() in env and local_agent.__name__.encode() not in cmd \
                     and b"torch.distributed.run" not in cmd:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
+                    sig = INJECTABLE[fault]
+                    if sig is None:
+                        self._throttle(a, pid, env)
+                    else:
+                        os.kill(pid, sig)
                     hit.append(pid)
         if not hit:
             raise ValueError(f"no training process of rank {rank} found for job {job_id}")
         return hit
+
+    @staticmethod
+    def _throttle(a: _Attempt, pid: int, rank_env: list[bytes]) -> None:
+        """Start the throttle drill beside rank ``pid``, carrying its node's token so that
+        cancelling the attempt ends the drill too (and continues the rank first)."""
+        os.kill(pid, 0)  # raises ProcessLookupError if it is already gone
+        token = next((e.split(b"=", 1)[1].decode() for e in rank_env
+                      if e.startswith(TOKEN_ENV.encode() + b"=")), f"{a.token}:0")
+        subprocess.Popen(
+            [sys.executable, "-m", local_agent.__name__, "throttle", "--pid", str(pid)],
+            env={**os.environ, TOKEN_ENV: token}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def recorded_handles(self) -> dict[tuple[int, int], str]:
         """Handles of attempts launched from this state_dir and not yet reported ended."""

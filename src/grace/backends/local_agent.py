@@ -233,6 +233,31 @@ def run_rank(attempt_dir: Path, argv: list[str]) -> int:
     return code
 
 
+def run_throttle(pid: int, stop_s: float, run_s: float) -> int:
+    """Make process ``pid`` a straggler: stopped ``stop_s``, running ``run_s``, until it exits.
+
+    A drill for ``grace inject --fault straggler``: from outside, the rank looks
+    like a GPU held down by its clocks, slower but alive. On SIGTERM (the attempt
+    is being cancelled or moved) the target is continued first, so it can honour
+    its own SIGTERM and checkpoint instead of sleeping through it.
+    """
+    def _release(*_: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, _release)
+    signal.signal(signal.SIGINT, _release)
+    try:
+        while True:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(run_s)
+    except ProcessLookupError:
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grace.backends.local_agent")
     sub = parser.add_subparsers(dest="role", required=True)
@@ -244,7 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     rank = sub.add_parser("rank", help="run one rank's command and record how it ended")
     rank.add_argument("--attempt-dir", type=Path, required=True)
     rank.add_argument("command", nargs=argparse.REMAINDER)
+    throttle = sub.add_parser("throttle", help="slow a process down (straggler drill)")
+    throttle.add_argument("--pid", type=int, required=True)
+    throttle.add_argument("--stop-s", type=float, default=0.15)
+    throttle.add_argument("--run-s", type=float, default=0.05)
     args = parser.parse_args(argv)
+    if args.role == "throttle":
+        return run_throttle(args.pid, args.stop_s, args.run_s)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

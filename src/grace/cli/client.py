@@ -59,13 +59,22 @@ def up(
     heartbeat_timeout: float = typer.Option(
         30.0, "--heartbeat-timeout", min=1.0,
         help="seconds without a heartbeat before a job that sends them is declared hung"),
+    straggler_window: float = typer.Option(
+        30.0, "--straggler-window", min=1.0,
+        help="seconds per straggler window; a node slower than its gang's median for "
+             "3 windows in a row is marked degraded and the job moved off it"),
+    straggler_threshold: float = typer.Option(
+        0.10, "--straggler-threshold", min=0.01,
+        help="how much slower than the gang median a node must be (0.10 = 10%%)"),
 ) -> None:
     """Run the control plane: API, reconciler and local backend."""
     from grace.control.server import ServerConfig, serve
 
     try:
         serve(ServerConfig(cluster, db, port, state_dir, policy,
-                           heartbeat_timeout_s=heartbeat_timeout))
+                           heartbeat_timeout_s=heartbeat_timeout,
+                           straggler_window_s=straggler_window,
+                           straggler_threshold=straggler_threshold))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e
@@ -222,8 +231,9 @@ def resume(node: str, as_json: bool = JsonOpt) -> None:
 
 def inject(job_id: int,
            fault: str = typer.Option(..., "--fault",
-                                     help="kill-rank | hang-rank | node-unhealthy"),
-           rank: int = typer.Option(0, "--rank", help="global rank, for kill-rank and hang-rank"),
+                                     help="kill-rank | hang-rank | straggler | node-unhealthy"),
+           rank: int = typer.Option(0, "--rank",
+                                    help="global rank, for kill-rank, hang-rank and straggler"),
            as_json: bool = JsonOpt) -> None:
     """Cause a fault on purpose, to watch Grace detect it and recover without anyone."""
     out = _call("POST", f"/jobs/{job_id}/inject", json={"fault": fault, "rank": rank})

@@ -61,7 +61,7 @@ class HeartbeatBatch(BaseModel):
 
 
 class InjectRequest(BaseModel):
-    fault: str = Field(description="kill-rank | hang-rank | node-unhealthy")
+    fault: str = Field(description="kill-rank | hang-rank | straggler | node-unhealthy")
     rank: int = Field(default=0, ge=0)
 
 

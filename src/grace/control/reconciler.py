@@ -32,13 +32,15 @@ from grace.control.snapshot import JobCompiler, build_state, nodes_to_placement,
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, JobEventKind, JobState
+from grace.control.stragglers import StragglerWatch
 from grace.core.checkpoint import choose_interval
-from grace.core.health import Action, HealthTable, Signal
+from grace.core.health import Action, HealthTable, Signal, SignalKind
 from grace.core.jobs import JobCompileError, JobId, PendingJob
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import TenantQuota
 from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, RestartVerdict, on_failure
 from grace.core.scheduler import decide
+from grace.core.stragglers import Straggler
 from grace.core.topology import Topology
 
 log = logging.getLogger("grace.reconciler")
@@ -64,6 +66,7 @@ class Reconciler:
                  restart_policy: RestartPolicy | None = None,
                  checkpoint_s: float = 30.0, restart_s: float = 60.0,
                  heartbeat_timeout_s: float = 30.0, health_table: HealthTable | None = None,
+                 stragglers: StragglerWatch | None = None, move_grace_s: float = 60.0,
                  ) -> None:
         self.store = store
         self.backend = backend
@@ -81,6 +84,10 @@ class Reconciler:
         self._inbox_lock = threading.Lock()
         # attempts we are ending because they failed (hang, bad node): (kind, node, detail)
         self._failing: dict[tuple[int, int], tuple[str, str | None, str]] = {}
+        self.stragglers = stragglers or StragglerWatch()
+        self.move_grace_s = move_grace_s  # time a moved job gets to checkpoint and exit
+        # attempts we are ending to move their job off a straggling node: (node, why)
+        self._moving: dict[tuple[int, int], tuple[str, str]] = {}
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
@@ -131,6 +138,7 @@ class Reconciler:
         self._health_signals(now)
         sync_node_states(self.store, self.backend, now)  # Slurm's own node states, both ways
         self._check_heartbeats(now)
+        self._check_stragglers(now)
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)
         self._burst(state, reasons, now)
@@ -291,6 +299,48 @@ class Reconciler:
                                    f"no heartbeat for {now - last:.0f}s (timeout "
                                    f"{self.heartbeat_timeout_s:.0f}s): hung")
 
+    def _check_stragglers(self, now: float) -> None:
+        """Heartbeat windows of every running gang go to core's straggler rule; a
+        confirmed straggler's node is marked per the health table and its job moved."""
+        with self.store.read() as s:
+            live = [((a.job_id, a.number), a.started_at or now,
+                     [e["node"] for e in a.placement_json]) for a in repo.running_attempts(s)
+                    if a.job.state == JobState.RUNNING]
+        for key in self.stragglers.tracked() - {k for k, _, _ in live}:
+            self.stragglers.forget(key)
+        for key, started, nodes in live:
+            if key in self._failing or key in self._moving:
+                continue
+            adir = self.state_dir / "jobs" / str(key[0]) / f"attempt-{key[1]}"
+            for found in self.stragglers.observe(key, adir, nodes, started, now):
+                self._move_off(key, found, now)
+                break  # one move per attempt: the next attempt is judged afresh
+
+    def _move_off(self, key: tuple[int, int], found: Straggler, now: float) -> None:
+        """MoveJobOff, live: SIGTERM (the runtime checkpoints and exits 143), then requeue
+        without the node. Kept where it is when the cluster has no other place for it."""
+        decision = found.decision()
+        self.signal(Signal(found.node, SignalKind.STRAGGLER, now,
+                           detail=f"job {key[0]}: {found.slowdown:.0%} slower than the gang "
+                                  f"median for {found.windows} windows"))
+        with self.store.read() as s:
+            job = repo.get_job(s, key[0])
+            exclude = [*(job.exclude_nodes or []), found.node]
+            try:
+                pj = self.compiler.compile(job.id, job.restarts, job.spec_json,
+                                           job.submitted_at, exclude)
+            except JobCompileError:
+                pj = None
+        # could it run without the node on this cluster with nothing else on it?
+        if pj is None or not decide(build_state(self.topo, self.policy, {}, [], [pj], set()),
+                                    now).starts:
+            log.warning("job %s: %s; not moved: no placement without %s", key[0],
+                        decision.reason, found.node)
+            return
+        log.warning("job %s attempt %s: %s", key[0], key[1], decision.reason)
+        self._moving[key] = (found.node, decision.reason)
+        self.backend.cancel(key[0], key[1], grace_s=self.move_grace_s)
+
     def _fail_attempt(self, key: tuple[int, int], kind: str, node: str | None,
                       detail: str) -> None:
         if key in self._failing:
@@ -340,6 +390,11 @@ class Reconciler:
     def _observe(self, obs: Observation, now: float, report: CycleReport) -> None:
         if obs.status is AttemptStatus.RUNNING:
             return
+        moving = self._moving.pop((obs.job_id, obs.attempt), None)
+        if moving is not None and obs.status is not AttemptStatus.SUCCEEDED:
+            self._moved(obs, *moving, now=now, report=report)
+            return
+        self.stragglers.forget((obs.job_id, obs.attempt))
         cause = self._failing.pop((obs.job_id, obs.attempt), None)
         if cause is not None and obs.status is AttemptStatus.CANCELLED:
             # we ended it because it hung or its node went bad: that is a failure
@@ -378,6 +433,31 @@ class Reconciler:
                                    JobEventKind.DIVERGED, {"attempt": obs.attempt})
                 return
             self._failed(s, job, attempt, obs, kind, now, report)
+
+    def _moved(self, obs: Observation, node: str, why: str, now: float,
+               report: CycleReport) -> None:
+        """The moved attempt ended (after its checkpoint): requeue the job without the node.
+
+        Not a failure of the job: its restart budget is untouched, as for a preemption.
+        """
+        self.stragglers.forget((obs.job_id, obs.attempt))
+        with self.store.transaction() as s:
+            job = repo.get_job(s, obs.job_id)
+            attempt = _attempt(job, obs.attempt)
+            if attempt.state not in (AttemptState.STARTING, AttemptState.RUNNING):
+                return
+            repo.end_attempt(s, attempt, AttemptState.CANCELLED, now, obs.exit_code,
+                             "straggler", node, why)
+            report.ended.append(job.id)
+            if job.state != JobState.RUNNING:
+                return
+            if job.cancel_requested:
+                repo.set_job_state(s, job, JobState.CANCELLED, now, "cancelled",
+                                   JobEventKind.CANCELLED, {"attempt": obs.attempt})
+                return
+            repo.requeue_moved(s, job, now, why, node, {"attempt": obs.attempt, "node": node,
+                                                        "exit_code": obs.exit_code})
+            report.requeued.append(job.id)
 
     def _failed(self, s, job, attempt, obs: Observation, kind: str, now: float,
                 report: CycleReport) -> None:

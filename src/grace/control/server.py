@@ -21,7 +21,9 @@ from grace.backends.local import LocalBackend
 from grace.control.api import create_app
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store
+from grace.control.stragglers import StragglerWatch
 from grace.core.policies import get_policy
+from grace.core.stragglers import StragglerDetector
 from grace.core.topology import Topology
 from grace.spec.cluster import ClusterSpec
 from grace.spec.loader import load_cluster
@@ -43,6 +45,8 @@ class ServerConfig:
     # local | slurm; None: $GRACE_BACKEND, else local (see docs/slurm.md for the Slurm knobs)
     backend: str | None = None
     heartbeat_timeout_s: float = 30.0
+    straggler_window_s: float = 30.0
+    straggler_threshold: float = 0.10
 
 
 class ReconcileLoop(threading.Thread):
@@ -94,7 +98,10 @@ def serve(cfg: ServerConfig) -> None:
     url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
     store = Store.open(url)
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
-                            heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+                            heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                            stragglers=StragglerWatch(
+                                StragglerDetector(threshold=cfg.straggler_threshold),
+                                window_s=cfg.straggler_window_s))
     loop = ReconcileLoop(reconciler, cfg.interval_s)
     app = create_app(store, topo, cfg.state_dir, reconciler, backend)
     loop.start()

@@ -75,11 +75,13 @@ class JobCompiler:
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
-        self._cache: dict[tuple[int, int], PendingJob] = {}
+        self._cache: dict[tuple[int, int, tuple[str, ...]], PendingJob] = {}
 
     def compile(self, job_id: int, version: int, spec_json: dict[str, Any], submitted_at: float,
                 exclude: list[str] | None = None) -> PendingJob:
-        key = (job_id, version)
+        # the excluded nodes are part of the key: a job moved off a straggler keeps its
+        # restart count (its version here) but must not be placed from the old entry
+        key = (job_id, version, tuple(sorted(exclude or ())))
         hit = self._cache.get(key)
         if hit is not None:
             return hit

@@ -43,6 +43,7 @@ class SignalKind(StrEnum):
     HEARTBEAT_MISSING = "heartbeat-missing"
     PREFLIGHT_FAILED = "preflight-failed"
     JOB_CRASHED = "job-crashed"  # the runtime says a rank died, with no hardware signal
+    STRAGGLER = "straggler"  # slower than its gang's median for several windows (core.stragglers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,8 @@ DEFAULT_RULES: tuple[HealthRule, ...] = (
     HealthRule("heartbeat-missing", _A, "ranks stopped reporting progress (a hang): restart the job"),
     HealthRule("preflight-failed", _D, "the job-start check (DCGM level 1) failed: cordon and diagnose"),
     HealthRule("job-crashed", _A, "a rank died with no hardware signal: restart the job"),
+    HealthRule("straggler", Action.MARK_DEGRADED,
+               "held its gang back; the job moves off it at a checkpoint (MegaScale)"),
 )
 _SIGNAL_KEYS = tuple(k.value for k in SignalKind if k is not SignalKind.XID)
 DESCRIBE_COLUMNS = ("signal", "action", "origin", "reason")

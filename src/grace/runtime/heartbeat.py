@@ -8,9 +8,11 @@ one for the first step, so a starting job shows life at once)::
 
 ``step`` and ``loss`` are the last step's (the loss is the mean over ranks),
 ``tokens_per_s`` this rank's over the window, ``step_s`` and ``phases`` the
-mean seconds per step over the window; ``step_s`` is this rank's wall time per
-step, the figure straggler detection compares across ranks. Non-finite losses
-are sent as ``null``.
+mean seconds per step over the window. In a synchronous gang every rank's
+``step_s`` is the same (all wait for the slowest), so straggler detection
+compares the phases that do not wait on peers (see ``grace.control.stragglers``).
+Non-finite losses are sent as ``null``. Lines of the jsonl file also carry
+the rank's ``node``.
 
 :class:`HeartbeatSender` owns a daemon thread that, every ``flush_s`` seconds
 (or sooner when ``max_batch`` records wait), appends the new records to
@@ -207,7 +209,10 @@ class HeartbeatSender:
             try:
                 self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
                 with open(self.jsonl_path, "a") as f:
-                    f.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in lines))
+                    # the node rides along so a reader of the file alone can tell ranks' nodes
+                    # apart (straggler detection compares nodes, grace.control.stragglers)
+                    f.write("".join(json.dumps({"node": self._head["node"], **r}, allow_nan=False)
+                                    + "\n" for r in lines))
             except (OSError, ValueError) as e:
                 self._warn(f"cannot write {self.jsonl_path}: {e}")
         if self.endpoint is None or time.monotonic() < self._next_post:

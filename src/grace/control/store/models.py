@@ -100,6 +100,7 @@ class JobEventKind(StrEnum):
     ADOPTED = "adopted"
     REQUEUED = "requeued"
     HEARTBEAT_LOST = "heartbeat-lost"
+    MOVED = "moved"  # off a straggling node, from its checkpoint; not a failure
 
 
 class StrEnumType(TypeDecorator[E], Generic[E]):

@@ -284,8 +284,25 @@ def note_failure_and_requeue(session: Session, job: Job, now: float, reason: str
     job.restarts += 1
     if stalled_restarts is not None:
         job.stalled_restarts = stalled_restarts
-    if exclude_node and exclude_node not in job.exclude_nodes:
-        job.exclude_nodes = [*job.exclude_nodes, exclude_node]
+    if exclude_node:
+        _exclude(job, exclude_node)
+
+
+def requeue_moved(session: Session, job: Job, now: float, reason: str, node: str,
+                  detail: dict[str, Any] | None = None) -> None:
+    """Queue a job again without ``node`` after Grace moved it off (a straggler).
+
+    Unlike ``note_failure_and_requeue`` nothing counts against the job's restart
+    budget: the node, not the job, was at fault, and the job checkpointed first.
+    """
+    check_job_transition(job.id, job.state, JobState.PENDING)
+    _move_job(session, job, JobState.PENDING, now, reason, JobEventKind.MOVED, detail)
+    _exclude(job, node)
+
+
+def _exclude(job: Job, node: str) -> None:
+    if node not in job.exclude_nodes:
+        job.exclude_nodes = [*job.exclude_nodes, node]
 
 
 def update_job_checked(session: Session, job_id: int, expected_version: int,
