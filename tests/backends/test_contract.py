@@ -136,7 +136,7 @@ def test_protocol_and_refusals(kit: Kit, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_success_is_reported_once_and_a_new_backend_adopts(kit: Kit, tmp_path: Path) -> None:
     b = kit.make()
-    spec = spec_for(tmp_path, "import time; time.sleep(3); print('contract ok')", kit.two)
+    spec = spec_for(tmp_path, "import time; time.sleep(1); print('contract ok')", kit.two)
     handle = b.launch(spec)
     assert b.launch(spec) == handle  # the same attempt twice starts nothing new
     restarted = kit.make()  # the control plane restarts with only the stored handle
