@@ -89,7 +89,11 @@ def with_backend_options(up: Callable[..., None]) -> Callable[..., None]:
         if slurm_partition:
             os.environ["GRACE_SLURM_PARTITION"] = slurm_partition
         os.environ["GRACE_SLURM_DEFAULT_GPU"] = default_gpu
-        up(*args, **kwargs)
+        try:
+            up(*args, **kwargs)
+        except SlurmError as e:  # no slurmctld, no client tools: say so, not a traceback
+            err.print(f"[red]slurm[/red] {e}")
+            raise typer.Exit(code=2) from e
 
     wrapped.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[*[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params], *extra])
