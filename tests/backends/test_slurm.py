@@ -22,6 +22,8 @@ from typing import TypeVar
 import httpx
 import pytest
 
+from grace.backends.base import AttemptStatus, LaunchSpec, NodeAssignment
+from grace.backends.slurm import SlurmBackend
 from grace.backends.slurm_cli import SlurmCli, expand_hostlist, parse_exit_code, parse_record
 from grace.backends.slurm_inventory import catalog_gpu, cluster_spec, parse_gres, parse_node, parse_topology
 from grace.core.topology import Topology
@@ -175,6 +177,20 @@ def test_drains_flow_both_ways_with_their_reasons(server: Server, slurm: SlurmCl
     finally:
         slurm.run("scontrol", "update", "nodename=n3", "state=resume")
     wait_for("n3 back in Grace", lambda: grace_node(server, "n3")["state"] == "returned")
+
+
+@pytest.mark.slow
+def test_an_unreachable_slurmctld_is_not_a_lost_job(slurm: SlurmCli, tmp_path: Path) -> None:
+    """A slurmctld restart must not make Grace requeue every running job."""
+    b = SlurmBackend(tmp_path / "state", cluster=load_cluster(REPO / "examples/clusters/lab.yaml"),
+                     cli=slurm, cwd=REPO)
+    b.launch(LaunchSpec(job_id=1, attempt=1, name="sleeper", command=("sleep", "60"),
+                        nodes=(NodeAssignment("n4", (0,)),), workdir=tmp_path / "job-1"))
+    b.cli = SlurmCli(conf=str(tmp_path / "no-such-slurm.conf"), timeout_s=1.0)
+    assert [o.status for o in b.poll()] == [AttemptStatus.RUNNING]
+    b.cli = slurm
+    b.cancel(1, 1, grace_s=2.0)
+    assert [o.status for o in b.poll()] == [AttemptStatus.CANCELLED]
 
 
 # ---------------------------------------------------------------- fast: the parsers

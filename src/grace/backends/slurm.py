@@ -4,7 +4,7 @@ Grace keeps every decision (placement, right-sizing, fair share, restarts,
 checkpoint interval); Slurm keeps what it is good at (gang allocation, process
 tracking, accounting). One attempt is one ``sbatch``:
 
-    sbatch --job-name=grace-<job>-<attempt> --comment="grace job J attempt A"
+    sbatch --job-name=grace-<job>-<attempt> --comment="grace job J attempt A of <instance>"
            --nodes=N --nodelist=<exactly Grace's nodes> --gres=gpu:K --time=M
            --signal=TERM@S --output=<attempt dir>/slurm-%j.out  <attempt dir>/job.sh
 
@@ -22,7 +22,13 @@ count them.
 The two ids are linked both ways: the handle Grace stores holds the Slurm job
 id, and the Slurm job's name and comment hold Grace's job and attempt, so
 ``squeue``/``sacct`` users see whose job it is, and launch finds a job that a
-crashed control plane submitted but never recorded.
+crashed control plane submitted but never recorded. The comment also names
+the control plane (a hash of its state directory), so two Grace instances on
+one Slurm never take each other's jobs for their own.
+
+Slurm being unreachable is not the same as a job being gone: a failed
+``squeue`` leaves every attempt RUNNING for that cycle (a slurmctld restart
+must not requeue the whole cluster); only "Invalid job id" means unknown.
 
 Observation: ``squeue -t all`` for every tracked job in one call; for a job
 that ended, ``scontrol show job`` (kept ``MinJobAge`` seconds), else the
@@ -45,6 +51,7 @@ On disk, under the job's ``workdir``::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -157,6 +164,7 @@ class SlurmBackend:
                                                     partition=partition)
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._lock = threading.RLock()
+        self.instance = hashlib.sha1(str(self._state_dir.resolve()).encode()).hexdigest()[:10]
 
     # ------------------------------------------------------------------ protocol
 
@@ -188,7 +196,7 @@ class SlurmBackend:
                 if self.adopt(spec.job_id, spec.attempt, old):
                     log.warning("job %s attempt %s already submitted; adopted it", *key)
                     return old
-            for found in self._live_by_name(job_name(*key)):
+            for found in self._live_by_name(*key):
                 # submitted by a control plane that died before writing launch.json: end it,
                 # it may be on nodes Grace has since given to someone else
                 log.warning("job %s attempt %s: cancelling unrecorded Slurm job %s", *key, found)
@@ -203,7 +211,11 @@ class SlurmBackend:
             attempts = list(self._attempts.values())
             if not attempts:
                 return []
-            info = self._query([a.slurm_id for a in attempts])
+            try:
+                info = self._query([a.slurm_id for a in attempts])
+            except SlurmError as e:  # unreachable, not ended: they keep their nodes
+                log.warning("cannot observe Slurm jobs this cycle: %s", e)
+                return [Observation(a.job_id, a.attempt, AttemptStatus.RUNNING) for a in attempts]
             out = []
             for a in attempts:
                 obs = self._observe(a, info.get(a.slurm_id))
@@ -339,7 +351,7 @@ class SlurmBackend:
         args = [
             "sbatch", "--parsable",
             f"--job-name={job_name(spec.job_id, spec.attempt)}",
-            f"--comment=grace job {spec.job_id} attempt {spec.attempt}",
+            f"--comment={self._comment(spec.job_id, spec.attempt)}",
             f"--nodes={len(spec.nodes)}", f"--nodelist={','.join(n.node for n in spec.nodes)}",
             "--ntasks-per-node=1", f"--chdir={self._cwd}",
             f"--output={attempt_dir}/slurm-%j.out",
@@ -434,14 +446,29 @@ exec {py} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --node-rank="
     def _registry(self, job_id: int, attempt: int) -> Path:
         return self._state_dir / "attempts" / f"{job_id}-{attempt}.json"
 
-    def _live_by_name(self, name: str) -> list[str]:
-        out = self.cli.run("squeue", "-h", f"--name={name}", "-o", "%i", check=False)
-        return [line.strip() for line in out.splitlines() if line.strip()]
+    def _comment(self, job_id: int, attempt: int) -> str:
+        return f"grace job {job_id} attempt {attempt} of {self.instance}"
+
+    def _live_by_name(self, job_id: int, attempt: int) -> list[str]:
+        """Live Slurm jobs of this attempt submitted by this control plane (name and comment)."""
+        out = self.cli.run("squeue", "-h", f"--name={job_name(job_id, attempt)}", "-o", "%i|%k")
+        mine = self._comment(job_id, attempt)
+        return [r["id"] for r in parse_table(out, ("id", "comment")) if r["comment"] == mine]
+
+    def _run_lenient(self, *args: str) -> str:
+        """stdout; "Invalid job id" (purged, never existed) is an empty answer, anything
+        else (slurmctld down) raises SlurmError."""
+        try:
+            return self.cli.run(*args)
+        except SlurmError as e:
+            if "Invalid job id" in str(e):
+                return ""
+            raise
 
     def _query(self, slurm_ids: list[str]) -> dict[str, SlurmJobInfo]:
         """States of many jobs in one squeue call; ended ones are completed by scontrol/sacct."""
-        out = self.cli.run("squeue", "-h", "-t", "all", "-j", ",".join(slurm_ids),
-                           "-o", "%i|%T|%N|%r", check=False)
+        out = self._run_lenient("squeue", "-h", "-t", "all", "-j", ",".join(slurm_ids),
+                                "-o", "%i|%T|%N|%r")
         found: dict[str, SlurmJobInfo] = {}
         for row in parse_table(out, ("id", "state", "nodes", "reason")):
             found[row["id"]] = SlurmJobInfo(row["id"], row["state"], nodes=row["nodes"],
@@ -460,18 +487,27 @@ exec {py} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --node-rank="
         return None if looked is None else looked[1]
 
     def _lookup(self, slurm_id: str) -> tuple[str, SlurmJobInfo] | None:
-        """(job name, info) from slurmctld's memory, else the completion record; None if unknown."""
-        text = self.cli.run("scontrol", "-o", "show", "job", slurm_id, check=False)
+        """(job name, info) from slurmctld's memory, else accounting; None if unknown."""
+        text = self._run_lenient("scontrol", "-o", "show", "job", slurm_id)
         if text.startswith("JobId="):
             rec = parse_record(text.splitlines()[0])
             code, sig = parse_exit_code(rec.get("ExitCode", "0:0"))
             return rec.get("JobName", ""), SlurmJobInfo(
                 slurm_id, rec.get("JobState", "UNKNOWN"), code, sig, rec.get("NodeList", ""),
                 rec.get("Reason", ""))
+        # accounting: slurmdbd's (plain sacct), else the completion records (sacct -c);
+        # neither configured means Slurm has forgotten the job
         fields = ("id", "name", "state", "exit", "nodes")
-        rows = parse_table(self.cli.run("sacct", "-c", "-n", "-P", "-j", slurm_id, "-o",
-                                        "JobID,JobName,State,ExitCode,NodeList", check=False), fields)
-        rows = [r for r in rows if r["id"] == slurm_id]
+        rows = []
+        for source in ("-X", "-c"):
+            try:
+                out = self.cli.run("sacct", source, "-n", "-P", "-j", slurm_id, "-o",
+                                   "JobID,JobName,State,ExitCode,NodeList")
+            except SlurmError:
+                continue
+            rows = [r for r in parse_table(out, fields) if r["id"] == slurm_id]
+            if rows:
+                break
         if not rows:
             return None
         r = rows[-1]
