@@ -57,6 +57,7 @@ import logging
 import math
 import os
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -174,9 +175,12 @@ class SlurmBackend:
     def launch(self, spec: LaunchSpec) -> str:
         """Submit one sbatch; idempotent per (job, attempt), like the local backend.
 
-        An attempt this or an earlier control plane already submitted (a
-        ``launch.json`` whose Slurm job still exists, or a live Slurm job with
-        the attempt's name) is adopted instead of submitted twice.
+        An attempt this or an earlier control plane already submitted (its
+        ``launch.json`` names a job Slurm still knows) is adopted instead of
+        submitted twice. A live Slurm job of this attempt with no ``launch.json``
+        (the control plane died between sbatch and writing it) is cancelled
+        first, as the local backend kills a half-started gang: it may hold
+        nodes Grace has since planned for other work.
         """
         if not spec.nodes:
             raise ValueError(f"job {spec.job_id} attempt {spec.attempt}: no nodes assigned")
@@ -304,8 +308,6 @@ class SlurmBackend:
         """``kill-rank`` SIGKILLs global rank ``rank``'s training process, ``hang-rank``
         SIGSTOPs it (tests, drills). All nodes of the test cluster share this host, so
         the process is found by its environment, as the local backend does."""
-        import signal
-
         sig = {"kill-rank": signal.SIGKILL, "hang-rank": signal.SIGSTOP}.get(fault)
         if sig is None:
             raise ValueError(f"unknown fault {fault!r}; the slurm backend injects kill-rank, hang-rank")
