@@ -50,7 +50,14 @@ def _call(method: str, path: str, **kw: Any) -> Any:
 
 
 def up(
-    cluster: Path = typer.Option(Path("examples/clusters/lab.yaml"), "--cluster"),
+    cluster: Path | None = typer.Option(
+        None, "--cluster", help="cluster YAML (default: examples/clusters/lab.yaml; with "
+                                "--backend slurm, what Slurm reports)"),
+    backend: str = typer.Option("local", "--backend", help="local | slurm"),
+    slurm_partition: str | None = typer.Option(
+        None, "--slurm-partition", help="with slurm: submit to and import this partition"),
+    default_gpu: str = typer.Option(
+        "A100-80GB", "--default-gpu", help="with slurm: model of GPUs without a GRES type"),
     db: str | None = typer.Option(None, "--db", help="database URL (default: SQLite in --state-dir)"),
     port: int = typer.Option(8470, "--port"),
     state_dir: Path = typer.Option(Path(".grace"), "--state-dir",
@@ -67,16 +74,24 @@ def up(
         0.10, "--straggler-threshold", min=0.01,
         help="how much slower than the gang median a node must be (0.10 = 10%%)"),
 ) -> None:
-    """Run the control plane: API, reconciler and local backend."""
+    """Run the control plane: API, reconciler and a backend (local processes or Slurm)."""
+    from grace.backends.slurm_cli import SlurmError
     from grace.control.server import ServerConfig, serve
 
+    if backend not in ("local", "slurm"):
+        err.print(f"[red]invalid[/red] --backend {backend!r}: use local or slurm")
+        raise typer.Exit(code=2)
     try:
-        serve(ServerConfig(cluster, db, port, state_dir, policy,
+        serve(ServerConfig(cluster, db, port, state_dir, policy, backend=backend,
+                           slurm_partition=slurm_partition, slurm_default_gpu=default_gpu,
                            heartbeat_timeout_s=heartbeat_timeout,
                            straggler_window_s=straggler_window,
                            straggler_threshold=straggler_threshold))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
+        raise typer.Exit(code=2) from e
+    except SlurmError as e:  # no slurmctld, no client tools: say so, not a traceback
+        err.print(f"[red]slurm[/red] {e}")
         raise typer.Exit(code=2) from e
 
 

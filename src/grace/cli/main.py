@@ -10,7 +10,7 @@ from grace.cli.demo import demo
 from grace.cli.plan import plan
 from grace.cli.showback import showback
 from grace.cli.simulate import compare, simulate
-from grace.cli.slurm import slurm_import, with_backend_options
+from grace.cli.slurm import slurm_import
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
 from grace.cli.whatif import whatif
@@ -28,7 +28,7 @@ app.command()(policies)
 
 app.command()(demo)
 app.command(name="twin-demo")(twin_demo)
-app.command(name="up")(with_backend_options(up))
+app.command(name="up")(up)
 app.command(name="slurm-import")(slurm_import)
 app.command()(submit)
 app.command()(jobs)

@@ -42,8 +42,9 @@ class ServerConfig:
     policy: str = "grace"
     interval_s: float = 1.0
     host: str = "127.0.0.1"
-    # local | slurm; None: $GRACE_BACKEND, else local (see docs/slurm.md for the Slurm knobs)
-    backend: str | None = None
+    backend: str = "local"  # local | slurm (docs/slurm.md)
+    slurm_partition: str | None = None  # with slurm: submit to and import only this one
+    slurm_default_gpu: str = "A100-80GB"  # with slurm: the model of a GRES gpu without a type
     heartbeat_timeout_s: float = 30.0
     straggler_window_s: float = 30.0
     straggler_threshold: float = 0.10
@@ -57,7 +58,15 @@ class ReconcileLoop(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        requeued = self.reconciler.recover()
+        while not self.stopping.is_set():
+            try:  # until it succeeds: no cycle may run before the live attempts are adopted
+                requeued = self.reconciler.recover()
+                break
+            except Exception:  # e.g. Slurm's controller unreachable right now
+                log.exception("recovery failed; retrying")
+                self.stopping.wait(max(self.interval_s, 5.0))
+        else:
+            return
         if requeued:
             log.warning("requeued jobs whose processes died with the control plane: %s", requeued)
         while not self.stopping.is_set():
@@ -71,20 +80,16 @@ class ReconcileLoop(threading.Thread):
 def make_backend(cfg: ServerConfig) -> tuple[Backend, ClusterSpec]:
     """The backend ``cfg`` names and the cluster Grace schedules on.
 
-    With Slurm the cluster comes from Slurm's own inventory unless a file is
-    given; ``$GRACE_SLURM_PARTITION`` and ``$GRACE_SLURM_DEFAULT_GPU`` tune it.
+    With Slurm the cluster comes from Slurm's own inventory unless a file is given.
     """
-    name = cfg.backend or os.environ.get("GRACE_BACKEND", "local")
-    if name == "slurm":
+    if cfg.backend == "slurm":
         from grace.backends.slurm import SlurmBackend  # only Slurm sites need its tools
-        from grace.backends.slurm_inventory import DEFAULT_GPU
 
         slurm = SlurmBackend(cfg.state_dir, cluster=load_cluster(cfg.cluster) if cfg.cluster else None,
-                             partition=os.environ.get("GRACE_SLURM_PARTITION") or None,
-                             default_gpu=os.environ.get("GRACE_SLURM_DEFAULT_GPU") or DEFAULT_GPU)
+                             partition=cfg.slurm_partition, default_gpu=cfg.slurm_default_gpu)
         return slurm, slurm.inventory()
-    if name != "local":
-        raise ValueError(f"unknown backend {name!r}; use local or slurm")
+    if cfg.backend != "local":
+        raise ValueError(f"unknown backend {cfg.backend!r}; use local or slurm")
     spec = load_cluster(cfg.cluster or DEFAULT_CLUSTER)
     return LocalBackend(spec, cfg.state_dir), spec
 
