@@ -21,6 +21,8 @@ from pydantic import ValidationError
 
 from grace.core import decide
 from grace.core.bursting import (
+    BurstDecisions,
+    BurstJob,
     BurstPlan,
     CloudFleet,
     JobTraits,
@@ -28,10 +30,12 @@ from grace.core.bursting import (
     ReleaseNodes,
     cheapest_offer,
     expected_cost_usd,
+    held_back,
     plan_bursts,
     plan_releases,
     route,
     spot_allowed,
+    wait_budget_s,
 )
 from grace.core.decisions import PendingReason
 from grace.core.topology import Topology
@@ -185,9 +189,13 @@ def _busy_state(threshold_h: float, running_h: float):
         occupy(state, make_job(100 + i, estimate=running_h * HOUR, pools=("own",)),
                gpus=tuple(range(info.gpu_base, info.gpu_base + 8)))
     job = make_job(1, estimate=2 * HOUR)
-    job.pools = route(plan, job)
+    job.pools = held_back(plan, route(plan, job))
+    assert job.pools == ("own",)  # waits for owned capacity until the policy bursts it
     state.submit(job)
     return plan, topo, state, job
+
+
+NOTHING = BurstDecisions()
 
 
 def test_a_forecast_wait_over_the_threshold_rents_the_cheapest_offer():
@@ -195,15 +203,44 @@ def test_a_forecast_wait_over_the_threshold_rents_the_cheapest_offer():
     result = decide(state, 0.0)
     assert result.reason_for(job) is PendingReason.WAITING_FOR_CAPACITY
     out = plan_bursts(state, plan, CloudFleet(), result.reason_for, 0.0)
-    assert out == [ProvisionNodes("spot", 1, (job.id,), pytest.approx(8 * (2 + 0.4 * 0.75)))]
+    assert out.burst == [BurstJob(job.id, ("own", "spot", "od"))]
+    assert out.provision == [
+        ProvisionNodes("spot", 1, (job.id,), pytest.approx(8 * (2 + 0.4 * 0.75)))]
+
+
+def test_a_job_burst_earlier_keeps_its_claim_without_a_second_rental():
+    plan, _, state, job = _busy_state(threshold_h=1, running_h=5)
+    reason = decide(state, 0.0).reason_for
+    first = plan_bursts(state, plan, CloudFleet(), reason, 0.0)
+    state.withdraw(job.id)
+    job.pools = first.burst[0].pools
+    job.shape = ()
+    job.__post_init__()
+    state.submit(job)
+    coming = CloudFleet(provisioning={"spot": 1})
+    assert plan_bursts(state, plan, coming, decide(state, 0.0).reason_for, 0.0) == NOTHING
+
+
+def test_a_long_job_waits_within_its_runtime_budget():
+    """Forecast wait 5 h: over the 1 h threshold, but within 0.5 x a 20 h runtime."""
+    plan, _, state, job = _busy_state(threshold_h=1, running_h=5)
+    state.withdraw(job.id)
+    long = make_job(2, estimate=20 * HOUR)
+    long.pools = held_back(plan, route(plan, long))
+    state.submit(long)
+    budget = plan.spec.model_copy(update={"wait_budget_per_runtime": 0.5})
+    plan.spec = budget
+    assert wait_budget_s(budget, long) == 10 * HOUR
+    assert plan_bursts(state, plan, CloudFleet(), decide(state, 0.0).reason_for, 0.0) == NOTHING
 
 
 def test_a_short_forecast_wait_rents_nothing_and_capacity_on_its_way_is_counted():
     plan, _, state, _ = _busy_state(threshold_h=6, running_h=5)
-    assert plan_bursts(state, plan, CloudFleet(), decide(state, 0.0).reason_for, 0.0) == []
-    plan, _, state, _ = _busy_state(threshold_h=1, running_h=5)
+    assert plan_bursts(state, plan, CloudFleet(), decide(state, 0.0).reason_for, 0.0) == NOTHING
+    plan, _, state, job = _busy_state(threshold_h=1, running_h=5)
     coming = CloudFleet(provisioning={"spot": 1})
-    assert plan_bursts(state, plan, coming, decide(state, 0.0).reason_for, 0.0) == []
+    out = plan_bursts(state, plan, coming, decide(state, 0.0).reason_for, 0.0)
+    assert out.provision == [] and [b.job_id for b in out.burst] == [job.id]
 
 
 def test_over_quota_jobs_do_not_trigger_bursting():
@@ -212,7 +249,7 @@ def test_over_quota_jobs_do_not_trigger_bursting():
     def over_quota(_job: object) -> PendingReason:
         return PendingReason.OVER_QUOTA
 
-    assert plan_bursts(state, plan, CloudFleet(), over_quota, 0.0) == []
+    assert plan_bursts(state, plan, CloudFleet(), over_quota, 0.0) == NOTHING
 
 
 def test_full_runs_never_trigger_spot_or_on_demand():
@@ -222,7 +259,7 @@ def test_full_runs_never_trigger_spot_or_on_demand():
     full.workload_class = WorkloadClass.FULL_RUN
     full.pools = route(plan, full)
     state.submit(full)
-    assert plan_bursts(state, plan, CloudFleet(), decide(state, 0.0).reason_for, 0.0) == []
+    assert plan_bursts(state, plan, CloudFleet(), decide(state, 0.0).reason_for, 0.0) == NOTHING
 
 
 # ----------------------------------------------------------------------------- releases

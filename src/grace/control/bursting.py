@@ -8,8 +8,9 @@ Once per reconcile cycle, after the snapshot and before ``decide``
    last checkpoint, as any preempted job does);
 2. every offer node not provisioned is taken out of the snapshot (unusable:
    ``decide`` cannot place on it);
-3. waiting jobs not yet routed get their pools from the routing table (their
-   JobSpec says whether the data is sensitive and how big it is);
+3. waiting jobs not yet routed get their owned pools from the routing table
+   (their JobSpec says whether the data is sensitive and how big it is); the
+   policy's ``BurstJob`` decisions later add the rented pools routing allows;
 4. idle rented nodes past ``idle_release_s`` go back to the provider;
 5. every ``check_interval_s``, ``plan_bursts`` on the stored pending reasons of
    the previous cycle; its requests go to the provider.
@@ -29,9 +30,11 @@ from grace.control.providers import CloudProvider
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.core.bursting import (
+    BurstJob,
     BurstPlan,
     CloudFleet,
     JobTraits,
+    held_back,
     plan_bursts,
     plan_releases,
     route,
@@ -112,7 +115,10 @@ class LiveBursting:
                 r = reasons.get(int(job.id))
                 return PendingReason(r) if r in PendingReason._value2member_map_ else None
 
-            for p in plan_bursts(state, self.plan, self.fleet, reason_of, now, self.traits):
+            decisions = plan_bursts(state, self.plan, self.fleet, reason_of, now, self.traits)
+            for b in decisions.burst:
+                self._requeue(state, b)
+            for p in decisions.provision:
                 offer = next(o for o in self.plan.offers.values() if o.name == p.offer)
                 self.requests.append(self.provider.request_nodes(offer, p.count))
                 self.fleet.provisioning[offer.pool_name] = \
@@ -130,8 +136,15 @@ class LiveBursting:
                 self.traits[job.id] = JobTraits(bool(spec.get("sensitive_data", False)),
                                                 float(spec.get("dataset_gb", 0.0)))
         for job in new:
-            state.withdraw(job.id)
-            job.pools = route(self.plan, job, self.traits[job.id])
-            job.shape = ()
-            job.__post_init__()
-            state.submit(job)
+            pools = held_back(self.plan, route(self.plan, job, self.traits[job.id]))
+            self._requeue(state, BurstJob(job.id, pools))
+
+    @staticmethod
+    def _requeue(state: SchedulerState, b: BurstJob) -> None:
+        """Set a waiting job's pools; queued again since pools are part of its shape. The
+        compiled job is the cached one, so later snapshots keep them."""
+        job = state.withdraw(b.job_id)
+        job.pools = b.pools
+        job.shape = ()
+        job.__post_init__()
+        state.submit(job)

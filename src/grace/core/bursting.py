@@ -12,16 +12,23 @@ estimate) is known and at most ``max_spot_runtime_s``. The result becomes the
 job's ``PendingJob.pools``, and since placement works inside one
 (pool, GPU model) group, a gang never spans two pools.
 
-**When to rent** (``plan_bursts``): the forecast queue wait of burstable work
-passes ``queue_wait_threshold_s``. The forecast is a list-scheduling estimate
-over owned capacity: waiting jobs (those whose reason is capacity, not quota)
-are taken oldest first; the k-th needs the GPUs of all jobs before it plus its
-own, less the owned GPUs free now; running jobs on owned capacity release
-their GPUs at their expected ends (in order); the k-th job's forecast wait is
-the time at which enough have been released. It ignores that the jobs ahead
-also end and give their GPUs back, so it overestimates waits deep in the queue
-(that is what makes it cheap: one merge walk per evaluation) and it counts a
-running job with no estimate as never ending.
+**When to rent** (``plan_bursts``): a job's forecast queue wait passes its wait
+budget: ``queue_wait_threshold_s``, or ``wait_budget_per_runtime`` x its runtime
+when that is longer (a long job loses little, relatively, by waiting, and is the
+most expensive to rent for; Starburst, ATC'24, makes the same argument for
+waiting budgets that grow with the job). The forecast is a list-scheduling
+estimate over owned capacity (``OwnedForecast``): waiting jobs whose reason is
+capacity (not quota) are taken in the policy's queue order; each needs the GPUs
+of the jobs before it that stay in the owned queue plus its own, less the owned GPUs free
+now; running jobs on owned capacity release their GPUs at their expected ends;
+the job's forecast wait is the time it has waited so far plus the end at which
+enough have been released (so a job the forecast keeps promising a start
+"soon" does not wait past its budget). A job
+that bursts leaves the owned queue, so it does not inflate the forecasts of
+the jobs behind it. The estimate ignores that the jobs ahead also end and give
+their GPUs back, so it overestimates waits deep in the queue (that is what
+makes it cheap: one bisect per job), and it counts a running job with no
+estimate as never ending.
 
 **What to rent**: the allowed offer with the lowest *expected* cost for that
 job (the next cheapest when its pool is full), not the lowest sticker price::
@@ -42,6 +49,8 @@ paid whether used or not, so they are never released.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,6 +87,22 @@ class ProvisionNodes:
     count: int
     for_jobs: tuple[JobId, ...]
     expected_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class BurstJob:
+    """Let a waiting job use rented capacity: its pools become ``pools`` (owned and cloud)."""
+
+    job_id: JobId
+    pools: tuple[str, ...]
+
+
+@dataclass
+class BurstDecisions:
+    """One evaluation's decisions: jobs now allowed on rented pools, and nodes to rent."""
+
+    burst: list[BurstJob] = field(default_factory=list)
+    provision: list[ProvisionNodes] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +175,15 @@ def route(plan: BurstPlan, job: PendingJob, traits: JobTraits = NO_TRAITS) -> tu
     return tuple(out)
 
 
+def held_back(plan: BurstPlan, pools: tuple[str, ...]) -> tuple[str, ...]:
+    """The pools a job starts with: its routed pools less the rented ones. A job waits for
+    owned capacity until the policy bursts it (``BurstJob``); otherwise any job could take a
+    free rented node, and rented capacity would serve work that was never worth renting
+    for. A job routed to rented pools only keeps them."""
+    owned = tuple(p for p in pools if p not in plan.offers)
+    return owned or pools
+
+
 # --------------------------------------------------------------------------- expected cost
 def expected_cost_usd(spec: BurstingSpec, offer: OfferSpec, gpus: float, runtime_s: float,
                       dataset_gb: float = 0.0) -> float:
@@ -170,8 +204,8 @@ def ranked_offers(plan: BurstPlan, job: PendingJob, traits: JobTraits = NO_TRAIT
     A job with neither limit nor estimate is costed at ``default_runtime_s`` (it can
     only be offered non-spot capacity anyway)."""
     runtime = runtime_bound_s(job) or default_runtime_s
-    pools = job.pools if job.pools is not None else route(plan, job, traits)
     out: list[tuple[OfferSpec, float]] = []
+    pools = route(plan, job, traits)
     for pool in pools:
         offer = plan.offers.get(pool)
         if offer is None or offer.gpu not in job.models:
@@ -207,44 +241,55 @@ class CloudFleet:
 
 
 # --------------------------------------------------------------------------- forecast
-def forecast_waits(state: SchedulerState, plan: BurstPlan, jobs: list[PendingJob],
-                   now: float) -> list[float]:
-    """Forecast queue wait of each of ``jobs`` (oldest first) on owned capacity.
+class OwnedForecast:
+    """When owned capacity of some GPU models could hold the jobs queued for it so far.
 
-    See the module docstring for the method; jobs whose GPU models differ are
-    forecast against the capacity of their own models only.
+    ``cum[i]`` is the owned GPUs free now plus those released by the first ``i``
+    running jobs in expected-end order; a job whose queue-ahead need (``queued``
+    plus its own) is covered by ``cum[i]`` is forecast to start at the ``i``-th end.
     """
-    topo = state.topo
-    by_models: dict[tuple[str, ...], list[int]] = {}
-    for i, j in enumerate(jobs):
-        by_models.setdefault(j.models, []).append(i)
-    waits = [0.0] * len(jobs)
-    owned = plan.owned_pools
-    for models, idx in by_models.items():
+
+    def __init__(self, state: SchedulerState, plan: BurstPlan, models: tuple[str, ...],
+                 now: float) -> None:
+        topo = state.topo
         mset = set(models)
-        free = sum(g.free_total for key, g in state.capacity.groups.items()
-                   if key[0] in owned and key[1] in mset)
-        ends: list[tuple[float, float]] = []
+        owned = plan.owned_pools
+        free = float(sum(g.free_total for key, g in state.capacity.groups.items()
+                         if key[0] in owned and key[1] in mset))
+        self.now = now
+        self.times: list[float] = []
+        self.cum: list[float] = [free]
         for end, jid in state.ends:
             run = state.running[jid]
             if not mset.intersection(run.models):
                 continue
             nodes = run.placement.nodes(topo)
             if nodes and topo.nodes[nodes[0]].pool in owned:
-                ends.append((end, run.gpu_equivalents))
-        k = 0
-        released = float(free)
-        need = 0.0
-        for i in idx:
-            need += jobs[i].gpu_equivalents
-            while released + 1e-9 < need and k < len(ends):
-                released += ends[k][1]
-                k += 1
-            if released + 1e-9 >= need:
-                waits[i] = max(0.0, (ends[k - 1][0] - now) if k else 0.0)
-            else:
-                waits[i] = math.inf
-    return waits
+                self.times.append(end)
+                self.cum.append(self.cum[-1] + run.gpu_equivalents)
+        self.queued = 0.0
+
+    def wait_s(self, gpus: float) -> float:
+        """Forecast wait of a job of ``gpus`` behind what is queued so far."""
+        i = bisect.bisect_left(self.cum, self.queued + gpus - 1e-9)
+        if i == 0:
+            return 0.0
+        if i >= len(self.cum):
+            return math.inf
+        return max(0.0, self.times[i - 1] - self.now)
+
+    def queue(self, gpus: float) -> None:
+        """The job stays in the owned queue: later jobs wait behind it."""
+        self.queued += gpus
+
+
+def wait_budget_s(spec: BurstingSpec, job: PendingJob) -> float:
+    """How long a job may be forecast to wait before it is worth renting for: the threshold,
+    or a share of its own runtime when that is longer (a long job loses little, relatively,
+    by waiting, and is the most expensive to rent for)."""
+    runtime = runtime_bound_s(job)
+    share = spec.wait_budget_per_runtime * runtime if runtime is not None else 0.0
+    return max(spec.queue_wait_threshold_s, share)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -253,9 +298,12 @@ ReasonOf = Callable[[PendingJob], PendingReason | None]
 
 def burstable_waiting(state: SchedulerState, reason_of: ReasonOf,
                       limit: int) -> list[PendingJob]:
-    """Up to ``limit`` waiting jobs, oldest first, that wait for capacity (not quota)."""
+    """Up to ``limit`` jobs that wait for capacity (not quota), in the policy's own queue
+    order (its static key: priority, then LAS level and gang size under ``grace``), so a
+    job's forecast counts only the jobs the scheduler would start before it."""
     out: list[PendingJob] = []
-    for job in state.pending.values():
+    for _key, jid in heapq.merge(*state.queues.values()):
+        job = state.pending[jid]
         r = reason_of(job)
         if r is None or r not in CAPACITY_REASONS:
             continue
@@ -267,15 +315,21 @@ def burstable_waiting(state: SchedulerState, reason_of: ReasonOf,
 
 def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
                 reason_of: ReasonOf, now: float,
-                traits: Mapping[JobId, JobTraits] | None = None) -> list[ProvisionNodes]:
-    """Nodes to rent now: for each job whose forecast wait passes the threshold, the offer
-    with its lowest expected cost, after capacity already rented or coming is counted."""
+                traits: Mapping[JobId, JobTraits] | None = None) -> BurstDecisions:
+    """Which waiting jobs to burst and which nodes to rent for them.
+
+    A job bursts when its forecast wait on owned capacity passes its wait budget;
+    it then may use its routed cloud pools, on capacity already rented or coming if
+    some is spare, else on nodes of the offer with its lowest expected cost (the next
+    cheapest when that pool is full). A job burst earlier and still waiting keeps
+    its claim on rented capacity."""
     spec = plan.spec
     traits = traits or {}
+    out = BurstDecisions()
     waiting = burstable_waiting(state, reason_of, spec.max_jobs_examined)
     if not waiting:
-        return []
-    waits = forecast_waits(state, plan, waiting, now)
+        return out
+    forecasts: dict[tuple[str, ...], OwnedForecast] = {}
     # spare rented capacity, in GPUs per offer pool: free on ready nodes, plus nodes coming
     spare: dict[str, float] = {}
     for pool, offer in plan.offers.items():
@@ -283,27 +337,40 @@ def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
                    if n in fleet.ready)
         spare[pool] = free + fleet.provisioning.get(pool, 0) * offer.gpus_per_node
     wanted: dict[str, tuple[int, list[JobId], float]] = {}
-    for job, wait in zip(waiting, waits, strict=True):
-        if wait <= spec.queue_wait_threshold_s:
+    for job in waiting:
+        forecast = forecasts.get(job.models)
+        if forecast is None:
+            forecast = forecasts[job.models] = OwnedForecast(state, plan, job.models, now)
+        job_traits = traits.get(job.id, NO_TRAITS)
+        allowed = route(plan, job, job_traits)
+        rented = [p for p in allowed if p in plan.offers]
+        already = any(p in plan.offers for p in (job.pools or ()))
+        waited = max(0.0, now - job.submit_s)
+        if not rented or (not already and waited + forecast.wait_s(job.gpu_equivalents)
+                          <= wait_budget_s(spec, job)):
+            forecast.queue(job.gpu_equivalents)  # it waits for owned capacity
             continue
-        pools = [p for p in (job.pools or ()) if p in plan.offers]
-        if not pools:
-            continue  # not burstable: owned capacity only
-        covered = next((p for p in pools if spare[p] + 1e-9 >= job.gpu_equivalents), None)
-        if covered is not None:
-            spare[covered] -= job.gpu_equivalents
+        covered = next((p for p in rented if spare[p] + 1e-9 >= job.gpu_equivalents), None)
+        if covered is None:
+            for offer, cost in ranked_offers(plan, job, job_traits):
+                nodes = max(1, math.ceil(job.gpu_equivalents / offer.gpus_per_node))
+                count, jobs, usd = wanted.get(offer.pool_name, (0, [], 0.0))
+                room = min(offer.max_nodes, len(plan.offer_nodes(offer))) \
+                    - fleet.provisioned_or_coming(plan, offer) - count
+                if nodes <= room:  # else the next cheapest offer with room
+                    wanted[offer.pool_name] = (count + nodes, [*jobs, job.id], usd + cost)
+                    spare[offer.pool_name] += nodes * offer.gpus_per_node
+                    covered = offer.pool_name
+                    break
+        if covered is None:
+            forecast.queue(job.gpu_equivalents)  # no room anywhere: it waits after all
             continue
-        for offer, cost in ranked_offers(plan, job, traits.get(job.id, NO_TRAITS)):
-            nodes = max(1, math.ceil(job.gpu_equivalents / offer.gpus_per_node))
-            count, jobs, usd = wanted.get(offer.pool_name, (0, [], 0.0))
-            room = min(offer.max_nodes, len(plan.offer_nodes(offer))) \
-                - fleet.provisioned_or_coming(plan, offer) - count
-            if nodes <= room:  # else the next cheapest offer with room
-                wanted[offer.pool_name] = (count + nodes, [*jobs, job.id], usd + cost)
-                spare[offer.pool_name] += nodes * offer.gpus_per_node - job.gpu_equivalents
-                break
-    return [ProvisionNodes(plan.offers[p].name, c, tuple(js), usd)
-            for p, (c, js, usd) in wanted.items()]
+        spare[covered] -= job.gpu_equivalents
+        if not already:
+            out.burst.append(BurstJob(job.id, allowed))
+    out.provision = [ProvisionNodes(plan.offers[p].name, c, tuple(js), usd)
+                     for p, (c, js, usd) in wanted.items()]
+    return out
 
 
 def plan_releases(plan: BurstPlan, fleet: CloudFleet, now: float) -> list[ReleaseNodes]:

@@ -3,7 +3,9 @@
 The nodes of every offer's cloud pool are in the topology from the start but
 unprovisioned: unusable, unbilled, and not counted as the cluster's own
 capacity in ``gpu_allocation``. After each scheduling cycle the twin hands the
-cycle's pending reasons to ``core.bursting``; its ``ProvisionNodes`` become
+cycle's pending reasons to ``core.bursting``; its ``BurstJob`` decisions let
+jobs onto rented pools (until then a job waits for owned capacity), its
+``ProvisionNodes`` become
 nodes that turn usable after the offer's provisioning delay, its
 ``ReleaseNodes`` nodes that turn unusable again. Spot nodes are preempted at the
 offer's rate (exponential times, drawn from the run's seed in event order, so a
@@ -25,11 +27,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grace.core.bursting import (
+    BurstJob,
     BurstPlan,
     CloudFleet,
     JobTraits,
     ProvisionNodes,
     ReleaseNodes,
+    held_back,
     plan_bursts,
     plan_releases,
     route,
@@ -109,7 +113,8 @@ class TwinCloud:
             sim.state.set_node_usable(n, False)
 
     def route(self, job: PendingJob, traits: JobTraits | None = None) -> tuple[str, ...]:
-        return route(self.plan, job, traits or JobTraits())
+        """The pools a job starts with: owned ones, until the policy bursts it."""
+        return held_back(self.plan, route(self.plan, job, traits or JobTraits()))
 
     def plan_for(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
         """The attempt plan when only spot preemptions fail jobs: checkpoints every
@@ -188,8 +193,21 @@ class TwinCloud:
                 self.release(sim, rel, now)
         if self.spec.enabled and sim.state.pending and now >= self.next_check:
             self.next_check = now + self.spec.check_interval_s
-            for p in plan_bursts(sim.state, self.plan, fleet, result.reason_for, now):
+            decisions = plan_bursts(sim.state, self.plan, fleet, result.reason_for, now)
+            for b in decisions.burst:
+                self.burst(sim, b)
+            for p in decisions.provision:
                 self.provision(sim, p, now)
+
+    @staticmethod
+    def burst(sim: Simulation, b: BurstJob) -> None:
+        """The job may use rented pools now; queued again since pools are part of its shape."""
+        state = sim.state
+        job = state.withdraw(b.job_id)
+        job.pools = b.pools
+        job.shape = ()
+        job.__post_init__()
+        state.submit(job)
 
     def provision(self, sim: Simulation, p: ProvisionNodes, now: float) -> None:
         offer = next(o for o in self.plan.offers.values() if o.name == p.offer)

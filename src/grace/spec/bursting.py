@@ -114,6 +114,10 @@ class BurstingSpec(BaseModel):
         description="no spot capacity for a job whose runtime limit (or estimate) exceeds it")
     queue_wait_threshold_s: Duration = Field(
         default=3600.0, ge=0, description="burst when forecast queue wait exceeds it (0: always)")
+    wait_budget_per_runtime: float = Field(
+        default=0.0, ge=0,
+        description="a job bursts only if its forecast wait also exceeds this share of its "
+                    "runtime (0: the threshold alone)")
     idle_release_s: Duration = Field(default=600.0, ge=0)
     check_interval_s: Duration = Field(
         default=300.0, gt=0, description="how often the burst policy is evaluated")
