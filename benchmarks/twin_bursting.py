@@ -40,7 +40,7 @@ KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p99_jct_s", "avg_queue_s", "p99_
         "spot_preemptions", "restarts")
 
 
-def one(name: str, policy: str) -> dict:
+def one(name: str, policy: str, tune: dict) -> dict:
     from grace.sim.runner import load_input, replay
     from grace.spec.loader import load_bursting
 
@@ -49,7 +49,9 @@ def one(name: str, policy: str) -> dict:
     inp = load_input(cluster, TRACE, "philly", None)
     bursting = None
     if overrides is not None:
-        bursting = load_bursting(ROOT / "examples/bursting.yaml").model_copy(update=overrides)
+        update = {**overrides, **tune} if name == "burst-policy" else overrides
+        base = load_bursting(ROOT / "examples/bursting.yaml")
+        bursting = type(base).model_validate(base.model_dump() | update)
     result = replay(inp, policy, bursting=bursting)
     out = {k: result.summary.get(k, 0) for k in KEYS}
     out["cluster"] = str(cluster.relative_to(ROOT))
@@ -61,21 +63,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--policy", default="grace")
     ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--tune", default="{}",
+                    help='JSON of bursting fields for burst-policy, e.g. {"wait_budget_per_runtime": 0}')
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.policy)))
+        print(json.dumps(one(args.one, args.policy, json.loads(args.tune))))
         return
     results: dict[str, dict] = {}
     for name in args.runs.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--policy", args.policy],
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--policy", args.policy,
+                               "--tune", args.tune],
                               capture_output=True, text=True, check=True)
         r = results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"{name:13s} wall {r['wall_s']:6.1f} s  avg JCT {r['avg_jct_s'] / 3600:7.2f} h  "
               f"p99 queue {r['p99_queue_s'] / 3600:7.2f} h  cloud ${r['cloud_usd']:10,.0f}  "
               f"burst jobs {r['burst_jobs']:6d}", flush=True)
     out: dict = {"benchmark": "twin_bursting", "trace": str(TRACE), "policy": args.policy,
-                 "runs": results}
+                 "tune": json.loads(args.tune), "runs": results}
     if "burst-policy" in results and "burst-all" in results:
         p, a = results["burst-policy"], results["burst-all"]
         out["vs_burst_all"] = {

@@ -313,23 +313,44 @@ def burstable_waiting(state: SchedulerState, reason_of: ReasonOf,
     return out
 
 
+def overdue_waiting(state: SchedulerState, reason_of: ReasonOf, spec: BurstingSpec, now: float,
+                    skip: set[JobId], limit: int) -> list[PendingJob]:
+    """Up to ``limit`` jobs that have already waited past their budget, oldest first.
+
+    ``state.pending`` keeps arrival order, so the walk stops at the first job younger than
+    the threshold; it finds the jobs deep in the policy order (big gangs under ``grace``)
+    that the forecast pass does not reach."""
+    out: list[PendingJob] = []
+    for job in state.pending.values():
+        waited = now - job.submit_s
+        if waited <= spec.queue_wait_threshold_s or len(out) >= limit:
+            break
+        if job.id in skip or waited <= wait_budget_s(spec, job):
+            continue
+        r = reason_of(job)
+        if r is not None and r in CAPACITY_REASONS:
+            out.append(job)
+    return out
+
+
 def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
                 reason_of: ReasonOf, now: float,
                 traits: Mapping[JobId, JobTraits] | None = None) -> BurstDecisions:
     """Which waiting jobs to burst and which nodes to rent for them.
 
-    A job bursts when its forecast wait on owned capacity passes its wait budget;
-    it then may use its routed cloud pools, on capacity already rented or coming if
-    some is spare, else on nodes of the offer with its lowest expected cost (the next
-    cheapest when that pool is full). A job burst earlier and still waiting keeps
-    its claim on rented capacity."""
+    A job bursts when the time it has waited plus its forecast wait on owned capacity
+    passes its wait budget. Two passes find such jobs: the first ``max_jobs_examined``
+    capacity-waiting jobs in the policy's order, with the forecast; then up to as many
+    more, oldest first, that have waited past their budget already. A job that bursts
+    may use its routed cloud pools: capacity already rented or coming if some is spare,
+    else nodes of the offer with its lowest expected cost (the next cheapest when that
+    pool is full). A job burst earlier and still waiting keeps its claim."""
     spec = plan.spec
     traits = traits or {}
     out = BurstDecisions()
     waiting = burstable_waiting(state, reason_of, spec.max_jobs_examined)
     if not waiting:
         return out
-    forecasts: dict[tuple[str, ...], OwnedForecast] = {}
     # spare rented capacity, in GPUs per offer pool: free on ready nodes, plus nodes coming
     spare: dict[str, float] = {}
     for pool, offer in plan.offers.items():
@@ -337,19 +358,10 @@ def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
                    if n in fleet.ready)
         spare[pool] = free + fleet.provisioning.get(pool, 0) * offer.gpus_per_node
     wanted: dict[str, tuple[int, list[JobId], float]] = {}
-    for job in waiting:
-        forecast = forecasts.get(job.models)
-        if forecast is None:
-            forecast = forecasts[job.models] = OwnedForecast(state, plan, job.models, now)
-        job_traits = traits.get(job.id, NO_TRAITS)
-        allowed = route(plan, job, job_traits)
-        rented = [p for p in allowed if p in plan.offers]
-        already = any(p in plan.offers for p in (job.pools or ()))
-        waited = max(0.0, now - job.submit_s)
-        if not rented or (not already and waited + forecast.wait_s(job.gpu_equivalents)
-                          <= wait_budget_s(spec, job)):
-            forecast.queue(job.gpu_equivalents)  # it waits for owned capacity
-            continue
+
+    def rent_for(job: PendingJob, allowed: tuple[str, ...], rented: list[str],
+                 job_traits: JobTraits) -> bool:
+        """Claim spare rented capacity for ``job``, or rent some; False if no room."""
         covered = next((p for p in rented if spare[p] + 1e-9 >= job.gpu_equivalents), None)
         if covered is None:
             for offer, cost in ranked_offers(plan, job, job_traits):
@@ -363,11 +375,33 @@ def plan_bursts(state: SchedulerState, plan: BurstPlan, fleet: CloudFleet,
                     covered = offer.pool_name
                     break
         if covered is None:
-            forecast.queue(job.gpu_equivalents)  # no room anywhere: it waits after all
-            continue
+            return False
         spare[covered] -= job.gpu_equivalents
-        if not already:
+        if not any(p in plan.offers for p in (job.pools or ())):
             out.burst.append(BurstJob(job.id, allowed))
+        return True
+
+    forecasts: dict[tuple[str, ...], OwnedForecast] = {}
+    for job in waiting:
+        forecast = forecasts.get(job.models)
+        if forecast is None:
+            forecast = forecasts[job.models] = OwnedForecast(state, plan, job.models, now)
+        job_traits = traits.get(job.id, NO_TRAITS)
+        allowed = route(plan, job, job_traits)
+        rented = [p for p in allowed if p in plan.offers]
+        already = any(p in plan.offers for p in (job.pools or ()))
+        waited = max(0.0, now - job.submit_s)
+        stays = not rented or (not already and waited + forecast.wait_s(job.gpu_equivalents)
+                               <= wait_budget_s(spec, job))
+        if stays or not rent_for(job, allowed, rented, job_traits):
+            forecast.queue(job.gpu_equivalents)  # it waits for owned capacity
+    seen = {j.id for j in waiting}
+    for job in overdue_waiting(state, reason_of, spec, now, seen, spec.max_jobs_examined):
+        job_traits = traits.get(job.id, NO_TRAITS)
+        allowed = route(plan, job, job_traits)
+        rented = [p for p in allowed if p in plan.offers]
+        if rented:
+            rent_for(job, allowed, rented, job_traits)
     out.provision = [ProvisionNodes(plan.offers[p].name, c, tuple(js), usd)
                      for p, (c, js, usd) in wanted.items()]
     return out
