@@ -6,8 +6,8 @@ Four replays of the full Philly job list (82,247 jobs) with the ``grace`` policy
 - ``owned-360``: philly-busy-70.yaml (30% fewer owned servers), cloud pools never rented;
 - ``burst-policy``: philly-busy-70.yaml with examples/bursting.yaml (rent when the forecast
   queue wait of burstable work passes the threshold, cheapest expected cost);
-- ``burst-all``: the same with ``queue_wait_threshold_s: 0``, the Starburst paper's
-  baseline "burst everything that waits".
+- ``burst-all``: the same with ``queue_wait_threshold_s: 0`` and no wait budget, the
+  Starburst paper's baseline "burst everything that waits".
 
 Each runs in its own process. Prints one line per run, then one JSON object on the last
 line with each run's figures and the comparison: cloud cost cut and average JCT change of
@@ -15,6 +15,8 @@ the policy against burst-all (Starburst, ATC'24, reports a 54-91% cost cut for a
 5.8% higher average JCT).
 
 Run: ``python benchmarks/twin_bursting.py`` (about 4 x 40 s on a 2-core machine).
+``--runs burst-policy --tune '{"wait_budget_per_runtime": 0.5}'`` replays the policy
+alone with other settings (the trade-off table in docs/bursting.md).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ RUNS = {
     "owned-512": (ROOT / "examples/clusters/philly-busy.yaml", None),
     "owned-360": (SMALL, {"enabled": False}),
     "burst-policy": (SMALL, {}),
-    "burst-all": (SMALL, {"queue_wait_threshold_s": 0}),
+    "burst-all": (SMALL, {"queue_wait_threshold_s": 0, "wait_budget_per_runtime": 0}),
 }
 KEYS = ("jobs", "jobs_completed", "avg_jct_s", "p99_jct_s", "avg_queue_s", "p99_queue_s",
         "gpu_allocation", "cloud_usd", "cloud_usd_by_kind", "cloud_gpu_hours", "burst_jobs",
