@@ -149,3 +149,14 @@ def test_grace_simulate_with_bursting_reports_cloud_spend(tmp_path: Path) -> Non
                    "usd_per_gpu_hour: 1}\n")
     r = CliRunner().invoke(app, [*args, "--bursting", str(bad)])
     assert r.exit_code == 2 and "no pool 'x'" in r.output
+
+
+def test_no_job_longer_than_the_spot_bound_ever_starts_on_spot():
+    """Mixed lengths around a 6-hour bound: only jobs known to end within it get spot."""
+    jobs = [TraceJob(f"j{i}", i * 60.0, (2 + 2 * (i % 5)) * HOUR, 8) for i in range(12)]
+    _, on, placed = replay(bursting(max_spot_runtime_s=6 * HOUR), jobs=jobs)
+    length = {j.job_id: j.duration_s for j in jobs}
+    on_spot = {name for name, pools in placed if pools == {"spot"}}
+    assert on_spot and all(length[name] <= 6 * HOUR for name in on_spot)
+    assert any(pools == {"od"} for _, pools in placed)  # the long ones burst on demand
+    assert on["jobs_completed"] == len(jobs)
