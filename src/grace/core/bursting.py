@@ -8,27 +8,30 @@ call the same three functions and carry out the typed decisions.
 allows the pool's kind and, for a cloud pool provisioned by an offer, the
 offer's kind; a job with sensitive data only pools of ``sensitive_data_pools``
 kinds; a spot pool only when the job's runtime limit (or, without one, its
-estimate) is known and at most ``max_spot_runtime_s``. The result becomes the
-job's ``PendingJob.pools``, and since placement works inside one
-(pool, GPU model) group, a gang never spans two pools.
+estimate) is known and at most ``max_spot_runtime_s``. A job starts with the
+owned part (``held_back``) as its ``PendingJob.pools``; a ``BurstJob`` decision
+later gives it the whole routed set. Placement works inside one
+(pool, GPU model) group, so a gang never spans two pools.
 
-**When to rent** (``plan_bursts``): a job's forecast queue wait passes its wait
-budget: ``queue_wait_threshold_s``, or ``wait_budget_per_runtime`` x its runtime
-when that is longer (a long job loses little, relatively, by waiting, and is the
-most expensive to rent for; Starburst, ATC'24, makes the same argument for
-waiting budgets that grow with the job). The forecast is a list-scheduling
-estimate over owned capacity (``OwnedForecast``): waiting jobs whose reason is
-capacity (not quota) are taken in the policy's queue order; each needs the GPUs
-of the jobs before it that stay in the owned queue plus its own, less the owned GPUs free
-now; running jobs on owned capacity release their GPUs at their expected ends;
-the job's forecast wait is the time it has waited so far plus the end at which
-enough have been released (so a job the forecast keeps promising a start
-"soon" does not wait past its budget). A job
-that bursts leaves the owned queue, so it does not inflate the forecasts of
-the jobs behind it. The estimate ignores that the jobs ahead also end and give
-their GPUs back, so it overestimates waits deep in the queue (that is what
-makes it cheap: one bisect per job), and it counts a running job with no
-estimate as never ending.
+**When to rent** (``plan_bursts``): the time a job has waited plus its forecast
+queue wait passes its wait budget: ``queue_wait_threshold_s``, or
+``wait_budget_per_runtime`` x its runtime when that is longer (a long job loses
+little, relatively, by waiting, and is the most expensive to rent for;
+Starburst, ATC'24, makes the same argument for waiting budgets that grow with
+the job). Counting the time already waited keeps a job that the forecast keeps
+promising a start "soon" from waiting past its budget. The forecast is a
+list-scheduling estimate over owned capacity (``OwnedForecast``): waiting jobs
+whose reason is capacity (not quota) are taken in the policy's queue order;
+each needs the GPUs of the jobs before it that stay in the owned queue plus its
+own, less the owned GPUs free now; running jobs on owned capacity release
+their GPUs at their expected ends; the forecast is the end at which enough
+have been released. A job that bursts leaves the owned queue, so it does not
+inflate the forecasts behind it. The estimate ignores that the jobs ahead also
+end and give their GPUs back, so it overestimates waits deep in the queue
+(that keeps it cheap: one bisect per job), and it counts a running job with no
+estimate as never ending. It examines the first ``max_jobs_examined`` jobs in
+policy order; a second pass, oldest first, bursts jobs already past their
+budget that the first did not reach.
 
 **What to rent**: the allowed offer with the lowest *expected* cost for that
 job (the next cheapest when its pool is full), not the lowest sticker price::
