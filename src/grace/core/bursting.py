@@ -55,7 +55,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from grace.core.decisions import PendingReason
@@ -422,10 +422,3 @@ def plan_releases(plan: BurstPlan, fleet: CloudFleet, now: float) -> list[Releas
         if idle:
             out.append(ReleaseNodes(offer.name, idle))
     return out
-
-
-def never_on_spot(plan: BurstPlan, jobs: Iterable[PendingJob]) -> list[JobId]:
-    """Jobs whose pools include spot though their runtime bound forbids it (should be none)."""
-    spot = {p for p, o in plan.offers.items() if o.kind is OfferKind.SPOT}
-    return [j.id for j in jobs if j.pools and spot.intersection(j.pools)
-            and not spot_allowed(plan.spec, j)]
