@@ -73,6 +73,12 @@ def up(
     straggler_threshold: float = typer.Option(
         0.10, "--straggler-threshold", min=0.01,
         help="how much slower than the gang median a node must be (0.10 = 10%%)"),
+    bursting: Path | None = typer.Option(
+        None, "--bursting",
+        help="bursting YAML (kind: bursting): rent the cluster's cloud pools when owned GPUs "
+             "fall behind. Its nodes, declared in the cluster file, join after each offer's "
+             "provisioning delay (the local provider); a real cloud plugs in behind the "
+             "CloudProvider protocol (docs/bursting.md)"),
 ) -> None:
     """Run the control plane: API, reconciler and a backend (local processes or Slurm)."""
     from grace.backends.slurm_cli import SlurmError
@@ -86,7 +92,7 @@ def up(
                            slurm_partition=slurm_partition, slurm_default_gpu=default_gpu,
                            heartbeat_timeout_s=heartbeat_timeout,
                            straggler_window_s=straggler_window,
-                           straggler_threshold=straggler_threshold))
+                           straggler_threshold=straggler_threshold, bursting=bursting))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e

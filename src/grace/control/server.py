@@ -4,6 +4,11 @@ The reconciler runs in a background thread, one cycle a second (sooner after a
 submission is not needed at this scale). Stopping the server (SIGINT/SIGTERM)
 stops the loop after its current cycle; running training jobs are left alone,
 and the next ``grace up`` adopts them.
+
+Everything that can be wrong in the operator's files (cluster, bursting offers
+against the cluster's pools) is checked in ``assemble``, before the store is
+opened or a port bound, so a bad file ends ``grace up`` with the field and its
+fix instead of a loop that fails every cycle.
 """
 
 from __future__ import annotations
@@ -19,14 +24,18 @@ import uvicorn
 from grace.backends.base import Backend
 from grace.backends.local import LocalBackend
 from grace.control.api import create_app
+from grace.control.bursting import LiveBursting
+from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store
 from grace.control.stragglers import StragglerWatch
 from grace.core.policies import get_policy
 from grace.core.stragglers import StragglerDetector
 from grace.core.topology import Topology
+from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import ClusterSpec
-from grace.spec.loader import load_cluster
+from grace.spec.errors import SpecError, SpecProblem
+from grace.spec.loader import load_bursting, load_cluster
 
 log = logging.getLogger("grace.server")
 DEFAULT_PORT = 8470
@@ -48,6 +57,7 @@ class ServerConfig:
     heartbeat_timeout_s: float = 30.0
     straggler_window_s: float = 30.0
     straggler_threshold: float = 0.10
+    bursting: Path | None = None  # kind: bursting; rents the cluster's cloud pools (docs/bursting.md)
 
 
 class ReconcileLoop(threading.Thread):
@@ -94,11 +104,39 @@ def make_backend(cfg: ServerConfig) -> tuple[Backend, ClusterSpec]:
     return LocalBackend(spec, cfg.state_dir), spec
 
 
-def serve(cfg: ServerConfig) -> None:
+def load_bursting_for(path: Path, cluster: ClusterSpec) -> BurstingSpec:
+    """The bursting file, checked against the cluster it will rent for: every offer must
+    name a cloud pool of it with the same GPU model and node size. One SpecError lists
+    every problem, so the operator fixes the file once."""
+    spec = load_bursting(path)
+    problems = spec.check_cluster(cluster)
+    if problems:
+        raise SpecError(f"{path} (against cluster {cluster.name!r})",
+                        [SpecProblem(*line.split(": ", 1)) for line in problems])
+    return spec
+
+
+@dataclass
+class ControlPlane:
+    """What ``serve`` runs: the pieces built and checked, nothing started yet."""
+
+    store: Store
+    backend: Backend
+    topo: Topology
+    reconciler: Reconciler
+
+
+def assemble(cfg: ServerConfig) -> ControlPlane:
+    """Build the backend, store and reconciler from ``cfg``; raises SpecError on a bad file.
+
+    Bursting rents through ``LocalDelayedProvider``, the one provider that runs
+    here: the offers' nodes are declared in the cluster file and join after each
+    offer's provisioning delay. A real cloud plugs in behind the ``CloudProvider``
+    protocol (grace.control.providers) in its place.
+    """
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     backend, spec = make_backend(cfg)
-    # jobs inherit it, so grace.runtime finds the control plane for heartbeats
-    os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
+    bursting = load_bursting_for(cfg.bursting, spec) if cfg.bursting else None
     topo = Topology.from_spec(spec)
     url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
     store = Store.open(url)
@@ -107,8 +145,18 @@ def serve(cfg: ServerConfig) -> None:
                             stragglers=StragglerWatch(
                                 StragglerDetector(threshold=cfg.straggler_threshold),
                                 window_s=cfg.straggler_window_s))
-    loop = ReconcileLoop(reconciler, cfg.interval_s)
-    app = create_app(store, topo, cfg.state_dir, reconciler, backend)
+    if bursting is not None:
+        provider = LocalDelayedProvider(LiveBursting.pool_nodes(spec, bursting), reconciler.clock)
+        reconciler.bursting = LiveBursting(bursting, spec, topo, provider)
+    return ControlPlane(store, backend, topo, reconciler)
+
+
+def serve(cfg: ServerConfig) -> None:
+    plane = assemble(cfg)
+    # jobs inherit it, so grace.runtime finds the control plane for heartbeats
+    os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
+    loop = ReconcileLoop(plane.reconciler, cfg.interval_s)
+    app = create_app(plane.store, plane.topo, cfg.state_dir, plane.reconciler, plane.backend)
     loop.start()
     try:
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
