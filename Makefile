@@ -30,6 +30,15 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/twin_philly.py
 	$(BIN)/python benchmarks/control_plane.py
 	$(BIN)/python benchmarks/runtime.py
+	$(BIN)/python benchmarks/twin_bursting.py
+	@# needs a running Slurm (sudo bash .ci/slurm-up.sh); skipped, not failed, without one
+	@if ! command -v sbatch >/dev/null 2>&1; then \
+		echo "skipping benchmarks/slurm_start.py: no sbatch on PATH (a test Slurm: sudo bash .ci/slurm-up.sh)"; \
+	elif ! timeout 20 sinfo -h >/dev/null 2>&1; then \
+		echo "skipping benchmarks/slurm_start.py: sbatch is on PATH but no Slurm controller answers sinfo (sudo bash .ci/slurm-up.sh)"; \
+	else \
+		$(BIN)/python benchmarks/slurm_start.py; \
+	fi
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache
