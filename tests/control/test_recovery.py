@@ -16,7 +16,7 @@ from test_e2e import REPO, Server
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["python", "examples/train_ddp.py", "--steps", "300", "--sleep-per-step", "0.05",
+TRAIN = ["python", "examples/train_ddp.py", "--steps", "160", "--sleep-per-step", "0.05",
          "--checkpoint-every", "10", "--log-every", "10"]
 
 

@@ -19,8 +19,7 @@ ROUND = {
     },
     "clouds": {"hyperscaler": {"spot_preemptions_per_node_hour": 0.2,
                                "restart_overhead_hours": 0.25, "egress_usd_per_gb": 0.10}},
-    "hybrid": {"owned_fraction": 0.5, "owned_max_utilization": 0.9,
-               "spot_share_of_overflow": 0.5},
+    "hybrid": {"owned_fraction": 0.5},
     "gpus": {"H100-SXM": {
         "server_capex_per_node_usd": 240_000,
         "offers": {"hyperscaler": {

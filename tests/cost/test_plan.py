@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grace.cost.hybrid import hybrid_option
+from grace.cost.hybrid_twin import run_hybrid_twin
 from grace.cost.plan import (
     OPTION_NAMES,
     on_demand_option,
@@ -73,18 +74,29 @@ def test_commitments_reserve_every_gpu_for_whole_terms(book: PriceBook) -> None:
     assert "72 months" in opts["cloud-3y"].note
 
 
-def test_hybrid_analytic_model(book: PriceBook) -> None:
+def test_hybrid_is_the_twin_replay_scaled_to_the_plan(book: PriceBook) -> None:
     o = hybrid_option(W, book)
-    # owned 40 GPUs, at most 90% busy: 40 x 730 x 0.9 = 26,280 of the 29,200 useful hours
-    assert o.detail["owned_useful_gpu_hours_per_month"] == pytest.approx(26_280)
-    # overflow 2,920: half on spot billed 1,460 / (1 - 0.2 x 0.25) = 1,536.84 at 2.00,
-    # half on demand 1,460 at 5.00
-    assert o.detail["spot_billed_gpu_hours_per_month"] == pytest.approx(1460 / 0.95)
-    rent = 1460 / 0.95 * 2.0 + 1460 * 5.0  # 10,373.68
-    assert o.detail["rent_usd_per_month"] == pytest.approx(rent)
-    # 40 x 38,000 capex + 48 x (40 x 395.8125 + 10,000 staff + rent)
-    assert o.total_usd == pytest.approx(1_520_000 + 48 * (15_832.5 + 10_000 + rent))  # 3,257,896.84
-    assert "replaced by the twin" in o.note
+    run = run_hybrid_twin(W, book)
+    # owned: 0.5 x 80 = 40 GPUs = 5 whole 8-GPU servers
+    assert run.owned_gpus == 40 and o.detail["owned_gpus"] == 40
+    # the replay's rate is its cloud bill over the work it replayed, and it did rent
+    rate = run.cloud_usd / run.work_gpu_hours
+    assert rate > 0 and o.detail["cloud_usd_per_work_gpu_hour"] == pytest.approx(rate)
+    # by hand: 40 x 38,000 capex + 48 x (40 x 395.8125 running + 10,000 staff)
+    #          + 1,401,600 useful GPU-h x rate (the round book has no egress volume)
+    owned = 1_520_000 + 48 * (15_832.5 + 10_000)
+    assert o.total_usd == pytest.approx(owned + 1_401_600 * rate)
+    assert o.cumulative_usd[0] == pytest.approx(1_520_000 + 15_832.5 + 10_000 + 29_200 * rate)
+    # the service the replay gave is reported with it
+    assert o.detail["twin_avg_jct_h"] > 0 and "twin:" in o.note
+
+
+def test_owning_more_of_the_workload_bursts_less(book: PriceBook) -> None:
+    whole = parse_pricebook(overlay(book.model_dump(mode="json"),
+                                    {"hybrid": {"owned_fraction": 1.0}}, "test"), "test")
+    half, full = hybrid_option(W, book), hybrid_option(W, whole)
+    assert full.detail["owned_gpus"] == 80
+    assert full.detail["owned_work_share"] > half.detail["owned_work_share"]
 
 
 def test_owning_beats_renting_threshold_is_where_costs_are_equal(book: PriceBook) -> None:

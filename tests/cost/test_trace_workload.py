@@ -50,16 +50,18 @@ def test_on_demand_follows_the_profile_and_owning_does_not() -> None:
         owned_option(flat, book, "on-prem").total_usd)
 
 
-def test_hybrid_rents_more_for_a_peaky_profile_than_for_its_average() -> None:
+def test_hybrid_rent_follows_the_profile_at_the_replayed_rate() -> None:
     book = round_book()
-    # 5 owned GPUs x 730 x 0.9 = 3,285 GPU-h a month; the peaky month overflows by 4,015
     peaky = Workload.from_profile(10, "H100-SXM", (7300.0, 0.0))
     flat = Workload.from_profile(10, "H100-SXM", (3650.0, 3650.0))
     assert peaky.utilization == flat.utilization
     p, f = hybrid_option(peaky, book), hybrid_option(flat, book)
-    assert p.detail["overflow_gpu_hours_per_month"] == pytest.approx(4015 / 2)
-    assert f.detail["overflow_gpu_hours_per_month"] == pytest.approx(3650 - 3285)
-    assert p.total_usd > f.total_usd
+    # the replay runs at the average load, so both rent at the same rate per GPU-hour...
+    rate = p.detail["cloud_usd_per_work_gpu_hour"]
+    assert rate == pytest.approx(f.detail["cloud_usd_per_work_gpu_hour"])
+    # ...and month by month in proportion to that month's work
+    assert p.cumulative_usd[0] - f.cumulative_usd[0] == pytest.approx((7300 - 3650) * rate)
+    assert p.total_usd == pytest.approx(f.total_usd)
 
 
 def test_plan_from_a_csv_trace(tmp_path: Path) -> None:

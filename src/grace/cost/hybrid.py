@@ -1,87 +1,57 @@
-"""The ``hybrid`` option of ``grace plan``: own part of the capacity, rent the overflow.
+"""The ``hybrid`` option of ``grace plan``: own part of the capacity, burst the rest.
 
-TO BE REPLACED by the twin: the issue asks for the hybrid option to be
-simulated (the workload replayed through the twin with bursting on, so queue
-waits, provisioning delays and spot preemptions come out of the simulation).
-Until that is wired in, :func:`hybrid_option` is a closed-form model with the
-same inputs and output, so the planner, its JSON and its report do not change
-when the simulation replaces it.
+Simulated, not estimated: :func:`grace.cost.hybrid_twin.run_hybrid_twin` replays
+a synthetic job mix at the workload's load on ``K = owned_fraction x N`` owned
+GPUs with the burst policy on (queueing, provisioning delays, spot preemptions,
+idle release, reservations kept once taken). The replay gives cloud dollars per
+GPU-hour of work, which is then scaled to the plan's months:
+
+- month ``m`` rents ``useful_m x cloud_usd_per_work_gpu_hour`` (the replay's rate),
+  plus egress on the share of the work that ran in the cloud;
+- the owned part is ``owned_cash_series`` for ``K`` GPUs, as for ``on-prem``;
+- cumulative cash by month is their sum, the total its last entry.
+
+The replay runs at the workload's *average* load: a trace's month-to-month
+profile shapes the rent (``useful_m``), not the replay, and every month is assumed
+to look like the simulated window (stationarity). ``detail`` carries the
+replay's figures, including the service users got (average JCT, p99 queue).
 """
 
 from __future__ import annotations
 
+from grace.cost.hybrid_twin import run_hybrid_twin
 from grace.cost.pricebook import PriceBook
-from grace.cost.tco import (
-    HOURS_PER_MONTH,
-    cloud_terms,
-    owned_cash_series,
-    owned_rates,
-    owned_staff_usd_per_month,
-    spot_billed_hours,
-)
+from grace.cost.tco import cloud_terms, owned_cash_series, owned_rates, owned_staff_usd_per_month
 from grace.cost.workload import PlanOption, Workload
 
 
-def hybrid_option(workload: Workload, book: PriceBook) -> PlanOption:
-    """Owned on-prem capacity for part of the workload, the rest rented from ``workload.cloud``.
-
-    Analytic model, month by month (``H`` = the month's useful GPU-hours:
-    ``gpus * utilization * 730`` for a summary workload, the trace's profile otherwise):
-
-    - owned GPUs ``K = owned_fraction * gpus`` (pro rata: a fraction of a node costs
-      that fraction of the node), run at most ``owned_max_utilization`` busy;
-    - owned useful hours ``Ho = min(H, K * 730 * owned_max_utilization)``; the owned
-      pool is filled first;
-    - overflow ``Hr = H - Ho``: a share ``spot_share_of_overflow`` runs on spot, billed
-      ``spot_billed_hours`` (the preemption overhead), the rest on on-demand, billed as used;
-    - egress: ``egress_gb_per_month * Hr / H`` (only rented work moves data out);
-    - cash by month m: ``owned_cash_series(...)[m - 1]`` (the owned hardware sold at book
-      value in the last month) plus the rent of months 1..m.
-
-    ``detail`` reports monthly averages. Assumes the work inside a month is spread
-    evenly (no peaks within it) and that rented capacity is there when needed: no
-    queueing for it and no provisioning delay, which the twin simulation will add.
-    """
-    o = book.hybrid
-    terms = cloud_terms(book, workload.cloud)
-    offers = book.offers(workload.gpu, workload.cloud)
-    owned_gpus = o.owned_fraction.value * workload.gpus
-    rates = owned_rates(book, workload.gpu, "on-prem")
-    staff = owned_staff_usd_per_month(book, owned_gpus)
-
-    capacity = owned_gpus * HOURS_PER_MONTH * o.owned_max_utilization.value
-    od_rate = offers.on_demand_usd_per_gpu_hour.value
-    note = "analytic model (to be replaced by the twin)"
-    if offers.spot_usd_per_gpu_hour is None:
-        spot_share, spot_rate = 0.0, 0.0
-        note += f"; {workload.cloud} has no spot offer for {workload.gpu}: overflow on on-demand"
-    else:
-        spot_share, spot_rate = o.spot_share_of_overflow.value, offers.spot_usd_per_gpu_hour.value
-    rents = []
-    totals = {"owned_useful": 0.0, "overflow": 0.0, "spot_billed": 0.0, "od_billed": 0.0}
-    for useful in workload.useful_by_month:
-        owned_useful = min(useful, capacity)
-        overflow = useful - owned_useful
-        spot_useful = overflow * spot_share
-        spot_billed = spot_billed_hours(spot_useful, terms.spot_preemptions_per_node_hour.value,
-                                        terms.restart_overhead_hours.value)
-        od_billed = overflow - spot_useful
-        egress = (workload.egress_gb_per_month * (overflow / useful if useful else 0.0)
-                  * terms.egress_usd_per_gb.value)
-        rents.append(spot_billed * spot_rate + od_billed * od_rate + egress)
-        for key, v in (("owned_useful", owned_useful), ("overflow", overflow),
-                       ("spot_billed", spot_billed), ("od_billed", od_billed)):
-            totals[key] += v
-    owned = owned_cash_series(workload.months, owned_gpus, rates, staff)
+def hybrid_option(workload: Workload, book: PriceBook, seed: int = 0) -> PlanOption:
+    """Owned on-prem GPUs for ``owned_fraction`` of N, the rest burst as the twin decides."""
+    run = run_hybrid_twin(workload, book, seed=seed)
+    rate = run.cloud_usd_per_work_gpu_hour
+    egress_per_month = (workload.egress_gb_per_month * (1.0 - run.owned_work_share)
+                        * cloud_terms(book, workload.cloud).egress_usd_per_gb.value)
+    staff = owned_staff_usd_per_month(book, run.owned_gpus)
+    owned = owned_cash_series(workload.months, run.owned_gpus,
+                              owned_rates(book, workload.gpu, "on-prem"), staff)
     cumulative, rented = [], 0.0
-    for cash, rent in zip(owned, rents, strict=True):
-        rented += rent
+    for cash, useful in zip(owned, workload.useful_by_month, strict=True):
+        rented += useful * rate + egress_per_month
         cumulative.append(cash + rented)
-    n = workload.months
-    detail = {"owned_gpus": owned_gpus, "owned_useful_gpu_hours_per_month": totals["owned_useful"] / n,
-              "overflow_gpu_hours_per_month": totals["overflow"] / n,
-              "spot_billed_gpu_hours_per_month": totals["spot_billed"] / n,
-              "on_demand_billed_gpu_hours_per_month": totals["od_billed"] / n,
-              "rent_usd_per_month": rented / n, "owned_staff_usd_per_month": staff}
+    detail = {"owned_gpus": float(run.owned_gpus),
+              "cloud_usd_per_work_gpu_hour": rate,
+              "owned_work_share": run.owned_work_share,
+              "rent_usd_per_month": rented / workload.months,
+              "owned_staff_usd_per_month": staff,
+              "twin_jobs": float(run.jobs), "twin_window_days": run.window_days,
+              "twin_work_gpu_hours": run.work_gpu_hours, "twin_cloud_usd": run.cloud_usd,
+              "twin_cloud_gpu_hours_billed": run.cloud_gpu_hours,
+              "twin_burst_jobs": float(run.burst_jobs),
+              "twin_spot_preemptions": float(run.spot_preemptions),
+              "twin_avg_jct_h": run.avg_jct_h, "twin_p99_queue_h": run.p99_queue_h,
+              **{f"twin_cloud_usd_{k}": v for k, v in run.cloud_usd_by_kind.items()}}
+    note = (f"twin: {run.jobs} jobs over {run.window_days:.0f} days on {run.owned_gpus} owned "
+            f"GPUs, {1 - run.owned_work_share:.0%} of the work burst; avg JCT "
+            f"{run.avg_jct_h:.1f} h, p99 queue {run.p99_queue_h:.1f} h")
     return PlanOption("hybrid", cumulative[-1], workload.useful_gpu_hours, tuple(cumulative),
                       note=note, detail=detail)

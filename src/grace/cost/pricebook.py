@@ -107,13 +107,12 @@ class GpuPrices(BaseModel):
 
 
 class HybridAssumptions(BaseModel):
-    """How the analytic hybrid option splits a workload (see ``grace.cost.hybrid``)."""
+    """How much of the workload the hybrid option owns (the twin decides the rest, see
+    ``grace.cost.hybrid``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     owned_fraction: Figure
-    owned_max_utilization: Figure
-    spot_share_of_overflow: Figure
 
 
 class PriceBook(BaseModel):
@@ -149,11 +148,9 @@ _BOUNDS: dict[str, tuple[float, bool, str]] = {
     "node_power_overhead": (0.0, False, "a node draws more than 0 W; 1.0 means GPUs only"),
     "gpus_per_fte": (0.0, False, "one engineer runs more than 0 GPUs"),
     "owned_fraction": (0.0, False, "own more than 0% of the workload (or compare cloud options)"),
-    "owned_max_utilization": (0.0, False, "a cluster must do some work"),
 }
 _FRACTIONS = {"storage_capex_fraction", "misc_capex_fraction", "maintenance_fraction_per_year",
-              "residual_value_fraction", "owned_fraction", "owned_max_utilization",
-              "spot_share_of_overflow"}
+              "residual_value_fraction", "owned_fraction"}
 
 
 def _figures(book: PriceBook) -> list[tuple[str, str, Figure]]:
