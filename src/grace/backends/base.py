@@ -46,6 +46,16 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     time_limit_s: float | None = None
 
+    def check(self) -> None:
+        """Refuse a spec no backend can start, before anything is written or submitted."""
+        if not self.nodes:
+            raise ValueError(f"job {self.job_id} attempt {self.attempt}: no nodes assigned")
+        names = [n.node for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"job {self.job_id}: a node appears twice in {names}")
+        if not self.command:
+            raise ValueError(f"job {self.job_id}: no command to run")
+
 
 @dataclass(frozen=True)
 class Observation:

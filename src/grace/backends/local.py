@@ -190,13 +190,7 @@ class LocalBackend:
         starting a duplicate gang. A dead leftover without any record is moved
         aside to ``attempt-<n>.stale-<time>`` and the attempt starts afresh.
         """
-        if not spec.nodes:
-            raise ValueError(f"job {spec.job_id} attempt {spec.attempt}: no nodes assigned")
-        names = [n.node for n in spec.nodes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"job {spec.job_id}: a node appears twice in {names}")
-        if not spec.command:
-            raise ValueError(f"job {spec.job_id}: no command to run")
+        spec.check()
         key = (spec.job_id, spec.attempt)
         with self._lock:
             if key in self._attempts:

@@ -182,13 +182,7 @@ class SlurmBackend:
         first, as the local backend kills a half-started gang: it may hold
         nodes Grace has since planned for other work.
         """
-        if not spec.nodes:
-            raise ValueError(f"job {spec.job_id} attempt {spec.attempt}: no nodes assigned")
-        names = [n.node for n in spec.nodes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"job {spec.job_id}: a node appears twice in {names}")
-        if not spec.command:
-            raise ValueError(f"job {spec.job_id}: no command to run")
+        spec.check()
         key = (spec.job_id, spec.attempt)
         with self._lock:
             if key in self._attempts:
