@@ -212,7 +212,8 @@ def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: 
     r = api.client.post("/nodes/a100-01/drain", json={"reason": "Xid 79 seen twice",
                                                       "actor": "alice"})
     assert r.status_code == 200
-    assert r.json() == {"name": "a100-01", "state": "draining", "reason": "Xid 79 seen twice"}
+    assert r.json() == {"name": "a100-01", "state": "draining", "reason": "Xid 79 seen twice",
+                        "evict": False}
     node = {n["name"]: n for n in api.client.get("/nodes").json()}["a100-01"]
     assert (node["state"], node["reason"], node["actor"]) == ("draining", "Xid 79 seen twice",
                                                               "alice")

@@ -1,4 +1,5 @@
-"""Live straggler handling: heartbeat files -> windows -> core's rule -> the job moved.
+"""Moving jobs off a node live: stragglers (heartbeat files -> windows -> core's rule)
+and planned drains with ``evict``; both checkpoint on SIGTERM and requeue without the node.
 
 The watch is fed files written the way ``grace.runtime`` writes them; the
 reconciler runs with a scripted backend and a fake clock (the real-process
@@ -11,9 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from helpers import event_kinds
 from test_reconciler import A100, Rig
 
+from grace.control.api import create_app
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, JobState
 from grace.control.stragglers import StragglerWatch, own_work_s
@@ -150,3 +153,34 @@ def test_a_straggler_with_nowhere_else_to_go_is_marked_but_not_moved(rig4: Rig) 
     job = rig4.job(jid)
     assert job.state == JobState.RUNNING and len(job.attempts) == 1
     assert str(rig4.node(slow).state) == "degraded"
+
+
+def test_a_planned_drain_with_evict_moves_its_jobs_off_from_a_checkpoint(rig4: Rig) -> None:
+    jid = rig4.submit("train", gpus=None, nodes=2, gpus_per_node=2, gpu_model=A100)
+    rig4.cycle()
+    node = sorted(rig4.node_of(jid))[0]
+    api = TestClient(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend))
+    r = api.post(f"/nodes/{node}/drain", json={"reason": "firmware update", "evict": True})
+    assert r.status_code == 200 and r.json()["evict"] is True
+    rig4.cycle()
+    assert rig4.backend.cancels == [(jid, 1)]  # SIGTERM: the runtime checkpoints and exits
+    rig4.cycle()
+    job = rig4.job(jid)
+    first = job.attempts[0]
+    assert first.state == AttemptState.CANCELLED and first.failure_kind == "drain"
+    assert "planned drain" in first.detail and "firmware update" in first.detail
+    assert job.exclude_nodes == [node] and job.restarts == 0
+    assert node not in rig4.node_of(jid, 2)
+    assert str(rig4.node(node).state) == "drained"  # its last job left
+
+
+def test_a_plain_drain_lets_the_job_finish_where_it_is(rig4: Rig) -> None:
+    jid = rig4.submit("train", gpus=None, nodes=2, gpus_per_node=2, gpu_model=A100)
+    rig4.cycle()
+    node = sorted(rig4.node_of(jid))[0]
+    api = TestClient(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend))
+    assert api.post(f"/nodes/{node}/drain", json={"reason": "later"}).status_code == 200
+    rig4.cycle()
+    rig4.cycle()
+    assert rig4.backend.cancels == [] and len(rig4.job(jid).attempts) == 1
+    assert str(rig4.node(node).state) == "draining"

@@ -237,9 +237,12 @@ def nodes(as_json: bool = JsonOpt) -> None:
     console.print(t)
 
 
-def drain(node: str, reason: str = typer.Option(..., "--reason"), as_json: bool = JsonOpt) -> None:
+def drain(node: str, reason: str = typer.Option(..., "--reason"),
+          evict: bool = typer.Option(False, "--evict", help=(
+              "move its jobs off now, each from a checkpoint, instead of letting them finish")),
+          as_json: bool = JsonOpt) -> None:
     """Take a node out of service, with a reason kept in its history."""
-    out = _call("POST", f"/nodes/{node}/drain", json={"reason": reason,
+    out = _call("POST", f"/nodes/{node}/drain", json={"reason": reason, "evict": evict,
                                                        "actor": os.environ.get("USER", "cli")})
     print(json.dumps(out)) if as_json else console.print(f"{node} drained: {reason}")
 

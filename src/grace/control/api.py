@@ -33,6 +33,9 @@ from grace.spec.job import JobSpec
 class DrainRequest(BaseModel):
     reason: str = Field(min_length=1, description="why; kept in the node's history")
     actor: str = "api"
+    evict: bool = Field(default=False, description=(
+        "move the node's jobs off now, each from a checkpoint taken on SIGTERM, instead of "
+        "waiting for them to end"))
 
 
 class QuotaRequest(BaseModel):
@@ -227,10 +230,15 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
 
     @app.post("/nodes/{name}/drain")
     def drain(name: str, body: DrainRequest) -> dict[str, Any]:
-        """Cordon now; the node becomes drained when its running jobs have left."""
+        """Cordon now; the node becomes drained when its running jobs have left (at once,
+        from a checkpoint each, with ``evict``)."""
         _node(name)
+        if body.evict and reconciler is None:
+            raise HTTPException(503, detail="no reconciler in this process to evict with")
         _move(name, NodeState.DRAINING, body.reason, body.actor)
-        return {"name": name, "state": "draining", "reason": body.reason}
+        if body.evict:
+            reconciler.evict(name, body.reason)
+        return {"name": name, "state": "draining", "reason": body.reason, "evict": body.evict}
 
     @app.post("/nodes/{name}/resume")
     def resume(name: str, actor: str = "api") -> dict[str, Any]:

@@ -86,8 +86,10 @@ class Reconciler:
         self._failing: dict[tuple[int, int], tuple[str, str | None, str]] = {}
         self.stragglers = stragglers or StragglerWatch()
         self.move_grace_s = move_grace_s  # time a moved job gets to checkpoint and exit
-        # attempts we are ending to move their job off a straggling node: (node, why)
-        self._moving: dict[tuple[int, int], tuple[str, str]] = {}
+        # attempts we are ending to move their job off a node: (node, why, cause), cause
+        # "straggler" or "drain"; the job is requeued without the node, budget untouched
+        self._moving: dict[tuple[int, int], tuple[str, str, str]] = {}
+        self._evictions: list[tuple[str, str]] = []  # planned drains: (node, reason)
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
@@ -139,6 +141,7 @@ class Reconciler:
         sync_node_states(self.store, self.backend, now)  # Slurm's own node states, both ways
         self._check_heartbeats(now)
         self._check_stragglers(now)
+        self._planned_evictions()
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)
         self._burst(state, reasons, now)
@@ -337,8 +340,31 @@ class Reconciler:
             log.warning("job %s: %s; not moved: no placement without %s", key[0],
                         decision.reason, found.node)
             return
-        log.warning("job %s attempt %s: %s", key[0], key[1], decision.reason)
-        self._moving[key] = (found.node, decision.reason)
+        self._move(key, found.node, decision.reason, "straggler")
+
+    def evict(self, node: str, reason: str) -> None:
+        """A planned drain: move every job off ``node`` from a fresh checkpoint (next cycle)."""
+        with self._inbox_lock:
+            self._evictions.append((node, reason))
+
+    def _planned_evictions(self) -> None:
+        with self._inbox_lock:
+            evictions, self._evictions = self._evictions, []
+        if not evictions:
+            return
+        with self.store.read() as s:
+            live = [((a.job_id, a.number), {e["node"] for e in a.placement_json})
+                    for a in repo.running_attempts(s) if a.job.state == JobState.RUNNING]
+        for node, reason in evictions:
+            for key, nodes in live:
+                if node in nodes and key not in self._failing and key not in self._moving:
+                    self._move(key, node, f"planned drain of {node}: {reason}", "drain")
+
+    def _move(self, key: tuple[int, int], node: str, why: str, cause: str) -> None:
+        """SIGTERM: the runtime checkpoints at the next step and exits 143; ``_moved``
+        requeues the job without ``node`` once the backend reports the attempt ended."""
+        log.warning("job %s attempt %s: %s", key[0], key[1], why)
+        self._moving[key] = (node, why, cause)
         self.backend.cancel(key[0], key[1], grace_s=self.move_grace_s)
 
     def _fail_attempt(self, key: tuple[int, int], kind: str, node: str | None,
@@ -434,7 +460,7 @@ class Reconciler:
                 return
             self._failed(s, job, attempt, obs, kind, now, report)
 
-    def _moved(self, obs: Observation, node: str, why: str, now: float,
+    def _moved(self, obs: Observation, node: str, why: str, cause: str, now: float,
                report: CycleReport) -> None:
         """The moved attempt ended (after its checkpoint): requeue the job without the node.
 
@@ -447,7 +473,7 @@ class Reconciler:
             if attempt.state not in (AttemptState.STARTING, AttemptState.RUNNING):
                 return
             repo.end_attempt(s, attempt, AttemptState.CANCELLED, now, obs.exit_code,
-                             "straggler", node, why)
+                             cause, node, why)
             report.ended.append(job.id)
             if job.state != JobState.RUNNING:
                 return

@@ -290,7 +290,8 @@ def note_failure_and_requeue(session: Session, job: Job, now: float, reason: str
 
 def requeue_moved(session: Session, job: Job, now: float, reason: str, node: str,
                   detail: dict[str, Any] | None = None) -> None:
-    """Queue a job again without ``node`` after Grace moved it off (a straggler).
+    """Queue a job again without ``node`` after Grace moved it off (a straggler, a planned
+    drain).
 
     Unlike ``note_failure_and_requeue`` nothing counts against the job's restart
     budget: the node, not the job, was at fault, and the job checkpointed first.
