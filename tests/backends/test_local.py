@@ -19,9 +19,10 @@ import types
 from pathlib import Path
 
 import pytest
+from test_contract import wait_until_ended
 
 from grace.backends import nvml
-from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment, Observation
+from grace.backends.base import AttemptStatus, Backend, LaunchSpec, NodeAssignment
 from grace.backends.local import LocalBackend, rank_logs
 from grace.backends.local_agent import processes_with_token, read_json, write_json_atomic
 from grace.spec import load_cluster
@@ -58,19 +59,6 @@ def launch_spec(
         env={"OMP_NUM_THREADS": "1"},
         time_limit_s=time_limit_s,
     )
-
-
-def wait_until_ended(b: LocalBackend, job_id: int, timeout: float = 60.0) -> Observation:
-    """Poll like the reconciler does; the ended attempt must be reported exactly once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        mine = [o for o in b.poll() if o.job_id == job_id]
-        assert len(mine) == 1, mine
-        if mine[0].status is not AttemptStatus.RUNNING:
-            assert all(o.job_id != job_id for o in b.poll()), "an ended attempt was reported twice"
-            return mine[0]
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still running after {timeout}s")
 
 
 def wait_for_text(path: Path, text: str, timeout: float = 40.0) -> None:

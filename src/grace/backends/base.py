@@ -9,12 +9,17 @@ at start-up instead of failing mid-run.
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from grace.backends.local_agent import read_json
 from grace.spec.cluster import ClusterSpec
+
+log = logging.getLogger(__name__)
 
 
 class AttemptStatus(StrEnum):
@@ -97,3 +102,16 @@ class Backend(Protocol):
     def drain(self, node: str, reason: str) -> None:
         """Tell the executing system a node is out (no-op for the local backend)."""
         ...
+
+
+def adopt_recorded(backend: Backend, spec: LaunchSpec, attempt_dir: Path) -> str | None:
+    """The handle of this attempt if an earlier launch recorded it (``launch.json``) and it
+    is still there to adopt: launching it again must not start a second gang."""
+    previous = read_json(attempt_dir / "launch.json")
+    if previous is None:
+        return None
+    old = json.dumps(previous, sort_keys=True)
+    if not backend.adopt(spec.job_id, spec.attempt, old):
+        return None
+    log.warning("job %s attempt %s was launched already; adopted it", spec.job_id, spec.attempt)
+    return old

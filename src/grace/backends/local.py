@@ -61,7 +61,7 @@ from typing import Any
 
 import grace
 from grace.backends import local_agent
-from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation, adopt_recorded
 from grace.backends.local_agent import TOKEN_ENV, processes_with_token, read_json, write_json_atomic
 from grace.spec.cluster import ClusterSpec
 
@@ -196,12 +196,9 @@ class LocalBackend:
             if key in self._attempts:
                 return self._attempts[key].handle
             attempt_dir = Path(spec.workdir).resolve() / f"attempt-{spec.attempt}"
-            previous = read_json(attempt_dir / "launch.json")
-            if previous is not None:
-                old = json.dumps(previous, sort_keys=True)
-                if self.adopt(spec.job_id, spec.attempt, old):
-                    log.warning("job %s attempt %s already launched; adopted it", *key)
-                    return old
+            adopted = adopt_recorded(self, spec, attempt_dir)
+            if adopted is not None:
+                return adopted
             if attempt_dir.exists():
                 # A launch cut short before launch.json: kill whatever it had started.
                 pending = read_json(attempt_dir / "launching.json")

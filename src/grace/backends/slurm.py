@@ -67,7 +67,7 @@ from typing import Any
 
 import grace
 from grace.backends import local_agent
-from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation, adopt_recorded
 from grace.backends.local_agent import read_json, write_json_atomic
 from grace.backends.slurm_cli import (
     SlurmCli,
@@ -188,12 +188,9 @@ class SlurmBackend:
             if key in self._attempts:
                 return self._attempts[key].handle
             attempt_dir = Path(spec.workdir).resolve() / f"attempt-{spec.attempt}"
-            previous = read_json(attempt_dir / "launch.json")
-            if previous is not None:
-                old = json.dumps(previous, sort_keys=True)
-                if self.adopt(spec.job_id, spec.attempt, old):
-                    log.warning("job %s attempt %s already submitted; adopted it", *key)
-                    return old
+            adopted = adopt_recorded(self, spec, attempt_dir)
+            if adopted is not None:
+                return adopted
             for found in self._live_by_name(*key):
                 # submitted by a control plane that died before writing launch.json: end it,
                 # it may be on nodes Grace has since given to someone else

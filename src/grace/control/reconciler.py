@@ -48,6 +48,13 @@ log = logging.getLogger("grace.reconciler")
 IN_SERVICE = {"healthy", "degraded", "returned"}
 
 
+@dataclass(frozen=True)
+class _LiveAttempt:
+    key: tuple[int, int]  # (job id, attempt number)
+    started_at: float
+    nodes: tuple[str, ...]
+
+
 @dataclass
 class CycleReport:
     started: list[int] = field(default_factory=list)
@@ -139,9 +146,10 @@ class Reconciler:
             self._observe(obs, now, report)
         self._health_signals(now)
         sync_node_states(self.store, self.backend, now)  # Slurm's own node states, both ways
-        self._check_heartbeats(now)
-        self._check_stragglers(now)
-        self._planned_evictions()
+        live = self._live_attempts(now)
+        self._check_heartbeats(now, live)
+        self._check_stragglers(now, live)
+        self._planned_evictions(live)
         self._cancellations(now)
         state, pending_jobs, reasons = self._snapshot(now)
         self._burst(state, reasons, now)
@@ -288,35 +296,38 @@ class Reconciler:
                     self._fail_attempt(key, "node" if drain else "application",
                                        sig.node if drain else None, what)
 
-    def _check_heartbeats(self, now: float) -> None:
-        """A job that heartbeats (it uses grace.runtime) and then stops has hung."""
+    def _live_attempts(self, now: float) -> list[_LiveAttempt]:
+        """The attempts of running jobs, read once per cycle for the checks that watch them."""
         with self.store.read() as s:
-            live = [(a.job_id, a.number, a.started_at or now) for a in repo.running_attempts(s)
-                    if a.job.state == JobState.RUNNING]
-        for job_id, number, started in live:
-            if (job_id, number) in self._failing or now - started < self.heartbeat_timeout_s:
+            return [_LiveAttempt((a.job_id, a.number), a.started_at or now,
+                                 tuple(e["node"] for e in a.placement_json))
+                    for a in repo.running_attempts(s) if a.job.state == JobState.RUNNING]
+
+    def _attempt_dir(self, key: tuple[int, int]) -> Path:
+        return self.state_dir / "jobs" / str(key[0]) / f"attempt-{key[1]}"
+
+    def _check_heartbeats(self, now: float, live: list[_LiveAttempt]) -> None:
+        """A job that heartbeats (it uses grace.runtime) and then stops has hung."""
+        for a in live:
+            if a.key in self._failing or now - a.started_at < self.heartbeat_timeout_s:
                 continue
-            last = _last_heartbeat(self.state_dir / "jobs" / str(job_id) / f"attempt-{number}")
+            last = _last_heartbeat(self._attempt_dir(a.key))
             if last is not None and now - last > self.heartbeat_timeout_s:
-                self._fail_attempt((job_id, number), "hang", None,
+                self._fail_attempt(a.key, "hang", None,
                                    f"no heartbeat for {now - last:.0f}s (timeout "
                                    f"{self.heartbeat_timeout_s:.0f}s): hung")
 
-    def _check_stragglers(self, now: float) -> None:
+    def _check_stragglers(self, now: float, live: list[_LiveAttempt]) -> None:
         """Heartbeat windows of every running gang go to core's straggler rule; a
         confirmed straggler's node is marked per the health table and its job moved."""
-        with self.store.read() as s:
-            live = [((a.job_id, a.number), a.started_at or now,
-                     [e["node"] for e in a.placement_json]) for a in repo.running_attempts(s)
-                    if a.job.state == JobState.RUNNING]
-        for key in self.stragglers.tracked() - {k for k, _, _ in live}:
+        for key in self.stragglers.tracked() - {a.key for a in live}:
             self.stragglers.forget(key)
-        for key, started, nodes in live:
-            if key in self._failing or key in self._moving:
+        for a in live:
+            if a.key in self._failing or a.key in self._moving:
                 continue
-            adir = self.state_dir / "jobs" / str(key[0]) / f"attempt-{key[1]}"
-            for found in self.stragglers.observe(key, adir, nodes, started, now):
-                self._move_off(key, found, now)
+            for found in self.stragglers.observe(a.key, self._attempt_dir(a.key), a.nodes,
+                                                 a.started_at, now):
+                self._move_off(a.key, found, now)
                 break  # one move per attempt: the next attempt is judged afresh
 
     def _move_off(self, key: tuple[int, int], found: Straggler, now: float) -> None:
@@ -347,18 +358,13 @@ class Reconciler:
         with self._inbox_lock:
             self._evictions.append((node, reason))
 
-    def _planned_evictions(self) -> None:
+    def _planned_evictions(self, live: list[_LiveAttempt]) -> None:
         with self._inbox_lock:
             evictions, self._evictions = self._evictions, []
-        if not evictions:
-            return
-        with self.store.read() as s:
-            live = [((a.job_id, a.number), {e["node"] for e in a.placement_json})
-                    for a in repo.running_attempts(s) if a.job.state == JobState.RUNNING]
         for node, reason in evictions:
-            for key, nodes in live:
-                if node in nodes and key not in self._failing and key not in self._moving:
-                    self._move(key, node, f"planned drain of {node}: {reason}", "drain")
+            for a in live:
+                if node in a.nodes and a.key not in self._failing and a.key not in self._moving:
+                    self._move(a.key, node, f"planned drain of {node}: {reason}", "drain")
 
     def _move(self, key: tuple[int, int], node: str, why: str, cause: str) -> None:
         """SIGTERM: the runtime checkpoints at the next step and exits 143; ``_moved``
