@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     Dialect,
     Double,
@@ -101,6 +102,32 @@ class JobEventKind(StrEnum):
     REQUEUED = "requeued"
     HEARTBEAT_LOST = "heartbeat-lost"
     MOVED = "moved"  # off a straggling node, from its checkpoint; not a failure
+    LAUNCH_FAILED = "launch-failed"  # the backend refused to start an attempt
+    EXCLUSIONS_CLEARED = "exclusions-cleared"  # a node came back, or an operator cleared them
+
+
+class EndCause(StrEnum):
+    """Why the control plane asked an attempt to end (``Attempt.end_cause``).
+
+    The request is written before the backend is told, so a restarted control
+    plane still knows that an attempt it finds ended was ended on purpose, and why.
+    """
+
+    HANG = "hang"  # heartbeats stopped: a failure of the job
+    NODE = "node"  # its node went bad: a failure of the node, the job resumes elsewhere
+    APPLICATION = "application"  # the health table said restart the job
+    STRAGGLER = "straggler"  # moved off a slow node from a checkpoint; not a failure
+    DRAIN = "drain"  # moved off a node drained with --evict; not a failure
+    CANCEL = "cancel"  # a user cancelled the job
+    STOP = "stop"  # timeout: passed its runtime limit
+    PREEMPT = "preempt"  # the scheduler took its GPUs; requeued
+    UNPLACEABLE = "unplaceable"  # its job can no longer run on this cluster
+
+
+#: Ends that move a job off a node without counting against its restart budget.
+MOVE_CAUSES = frozenset({EndCause.STRAGGLER, EndCause.DRAIN})
+#: Ends the job is blamed for (or its node is), turned into a failed attempt.
+FAIL_CAUSES = frozenset({EndCause.HANG, EndCause.NODE, EndCause.APPLICATION})
 
 
 class StrEnumType(TypeDecorator[E], Generic[E]):
@@ -147,6 +174,60 @@ class Tenant(Base):
     preemptions_per_hour: Mapped[int] = mapped_column(default=20)
 
 
+class StoreMeta(Base):
+    """Facts about the store itself; ``store_id`` is a UUID made when it was created."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Lease(Base):
+    """Who may write: the active control plane holds ``leader`` and renews it.
+
+    ``epoch`` grows by one at every takeover; the holder's write transactions
+    check it, so a leader that lost its lease (paused, partitioned) cannot write.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))  # host:pid
+    epoch: Mapped[int]
+    acquired_at: Mapped[float]
+    renewed_at: Mapped[float]
+    expires_at: Mapped[float]
+
+
+class HealthSignalRow(Base):
+    """A health signal waiting for (or handled by) the reconciler; the API only writes here."""
+
+    __tablename__ = "health_signals"
+    __table_args__ = (Index(None, "handled_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(32))  # a core.health.SignalKind value
+    code: Mapped[int | None]
+    detail: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[float]
+    actor: Mapped[str] = mapped_column(String(200), default="grace")
+    handled_at: Mapped[float | None]
+
+
+class BreakerEvent(Base):
+    """The health monitor's circuit breaker: ``tripped`` or ``reset``, by whom, and why."""
+
+    __tablename__ = "breaker_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float]
+    actor: Mapped[str] = mapped_column(String(200))
+    what: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
 class Job(Base):
     """One submitted job; its validated spec is kept whole, the columns are for queries."""
 
@@ -174,9 +255,12 @@ class Job(Base):
     restarts: Mapped[int] = mapped_column(default=0)  # automatic restarts after failures
     # restarts in a row without a new checkpoint: core.restart's budget must survive a restart
     stalled_restarts: Mapped[int] = mapped_column(default=0)
+    # nodes this job must avoid: [{node, reason, cause, at, until}]; until None = until the
+    # node is back in service (see repository.active_exclusions)
     exclude_nodes: Mapped[list[Any]] = mapped_column(default=list)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     reason: Mapped[str | None] = mapped_column(Text)  # why it waits, or why it ended
+    launch_failures: Mapped[int] = mapped_column(default=0)  # launches the backend refused
     version: Mapped[int] = mapped_column(default=1)
 
     attempts: Mapped[list[Attempt]] = relationship(
@@ -219,6 +303,12 @@ class Attempt(Base):
     failed_node: Mapped[str | None] = mapped_column(String(200))
     detail: Mapped[str | None] = mapped_column(Text)
     resumed_from: Mapped[str | None] = mapped_column(Text)  # checkpoint path it started from
+    # an end the control plane asked for, written before the backend is told (EndCause)
+    end_cause: Mapped[EndCause | None] = mapped_column(StrEnumType(EndCause))
+    end_node: Mapped[str | None] = mapped_column(String(200))  # the node to blame or leave
+    end_detail: Mapped[str | None] = mapped_column(Text)
+    end_requested_at: Mapped[float | None]
+    end_grace_s: Mapped[float | None]  # SIGTERM to SIGKILL
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 
@@ -240,6 +330,15 @@ class Node(Base):
     gpus: Mapped[int]
     gpu_model: Mapped[str | None] = mapped_column(String(64))
     updated_at: Mapped[float | None]
+    # core.health.HealthMonitor's memory of the node, so it survives a restart
+    holder: Mapped[str | None] = mapped_column(String(200))  # who drained it
+    reset_pending: Mapped[bool] = mapped_column(Boolean, default=False)
+    lemon: Mapped[bool] = mapped_column(Boolean, default=False)
+    failure_times: Mapped[list[Any]] = mapped_column(default=list)  # counted toward lemons
+    deferred: Mapped[bool] = mapped_column(Boolean, default=False)  # kept by the open breaker
+    evict_reason: Mapped[str | None] = mapped_column(Text)  # drain --evict not yet carried out
+    diagnostic_level: Mapped[int | None]  # the diagnostic running now, if any
+    diagnostic_due: Mapped[float | None]  # when its result is expected
 
 
 class NodeEvent(Base):
@@ -271,17 +370,24 @@ class JobEvent(Base):
 
 
 __all__ = [
+    "FAIL_CAUSES",
     "LIVE_ATTEMPT_STATES",
+    "MOVE_CAUSES",
     "TERMINAL_JOB_STATES",
     "Attempt",
     "AttemptState",
     "Base",
+    "BreakerEvent",
+    "EndCause",
+    "HealthSignalRow",
     "Job",
     "JobEvent",
     "JobEventKind",
     "JobState",
+    "Lease",
     "Node",
     "NodeEvent",
     "NodeState",
+    "StoreMeta",
     "Tenant",
 ]
