@@ -74,7 +74,7 @@ class Reconciler:
                  checkpoint_s: float = 30.0, restart_s: float = 60.0,
                  heartbeat_timeout_s: float = 30.0, health_table: HealthTable | None = None,
                  stragglers: StragglerWatch | None = None, move_grace_s: float = 60.0,
-                 ) -> None:
+                 defer_writes: bool = False) -> None:
         self.store = store
         self.backend = backend
         self.topo = topo
@@ -100,16 +100,28 @@ class Reconciler:
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
-        self._sync_nodes()
+        if not defer_writes:  # a standby defers them until it leads (recover registers them)
+            self._ensure_nodes()
 
     # ----------------------------------------------------------------- start-up
+    _nodes_synced = False
+
+    def _ensure_nodes(self) -> None:
+        """Register the cluster's nodes in the store, once, before the first write of a cycle."""
+        if not self._nodes_synced:
+            self._sync_nodes()
+            self._nodes_synced = True
+
     def _sync_nodes(self) -> None:
         with self.store.transaction() as s:
             for n in self.topo.nodes:
                 repo.upsert_node(s, n.name, n.gpus, n.gpu_model)
 
     def recover(self) -> list[int]:
-        """After a restart: adopt live attempts, requeue jobs whose processes died."""
+        """After a restart (or on taking the lead): register the cluster's nodes, adopt live
+        attempts, requeue jobs whose processes died. Writes nothing before it is called, so
+        a standby control plane can hold a Reconciler without touching the store."""
+        self._ensure_nodes()
         now = self.clock()
         requeued: list[int] = []
         with self.store.transaction() as s:
@@ -140,6 +152,7 @@ class Reconciler:
     # ----------------------------------------------------------------- the cycle
     def cycle(self) -> CycleReport:
         t0 = time.perf_counter()
+        self._ensure_nodes()
         report = CycleReport()
         now = self.clock()
         for obs in self.backend.poll():
