@@ -106,7 +106,7 @@ def via_control_plane(cli: SlurmCli, reconciler: Reconciler, store: Store, state
     with store.transaction() as s:
         job_id = repo.add_job(s, spec, time.time()).id
     reconciler.cycle()
-    launch = json.loads((state / "jobs" / str(job_id) / "attempt-1" / "launch.json").read_text())
+    launch = json.loads((reconciler.ctx.dirs.attempt(job_id, 1) / "launch.json").read_text())
     took = first_line(Path(launch["dir"]) / f"slurm-{launch['slurm_job_id']}.out") - t0
     with store.transaction() as s:  # cancelled as the API does: the next cycle scancels it
         repo.request_cancel(s, job_id, time.time())

@@ -106,7 +106,7 @@ def test_satisfies_the_backend_protocol(lab: ClusterSpec, tmp_path: Path) -> Non
     b = backend(lab, tmp_path)
     assert isinstance(b, Backend)
     assert b.name == "local"
-    assert b.capabilities == {"launch", "cancel", "adopt", "poll", "inject"}
+    assert b.capabilities == {"launch", "cancel", "adopt", "poll", "reap", "inject"}
     assert b.inventory() is lab
     assert b.poll() == []
     b.cancel(9, 1)  # unknown attempt: nothing to do

@@ -31,6 +31,7 @@ from grace.spec import load_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "control"))  # the e2e tests' `grace up` driver
+from helpers import job_dir  # noqa: E402
 from test_e2e import Server  # noqa: E402
 
 T = TypeVar("T")
@@ -60,7 +61,7 @@ def server(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def sacct(slurm: SlurmCli, srv: Server, job: int, attempt: int) -> dict[str, str]:
     """Slurm's completion record of an attempt: the Slurm job its handle names, which must
     carry the attempt's name (the link back)."""
-    adir = srv.state_dir / "jobs" / str(job) / f"attempt-{attempt}"
+    adir = job_dir(srv.state_dir, job) / f"attempt-{attempt}"
     slurm_id = json.loads((adir / "launch.json").read_text())["slurm_job_id"]
     fields = ["JobID", "JobName", "State", "ExitCode", "NNodes", "NodeList", "Start", "End", "Elapsed"]
     out = slurm.run("sacct", "-c", "-n", "-P", "-j", slurm_id, "-o", ",".join(fields))
@@ -117,7 +118,7 @@ def test_a_2x8_ddp_job_runs_under_one_switch_and_matches_slurm_accounting(
     nodes = sorted(n["node"] for n in attempt["nodes"])
     assert nodes in (["n1", "n2"], ["n3", "n4"]), nodes  # both under one leaf switch
     assert attempt["state"] == "succeeded" and attempt["exit_code"] == 0
-    adir = server.state_dir / "jobs" / str(job) / "attempt-1"
+    adir = job_dir(server.state_dir, job) / "attempt-1"
     log = (adir / f"{nodes[0]}.log").read_text()
     assert "step 3/3" in log and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in log
     record = sacct(slurm, server, job, 1)
@@ -139,7 +140,7 @@ def test_a_killed_rank_resumes_from_its_checkpoint_through_a_new_sbatch(
                          "runtime_limit": "10m", "env": {"OMP_NUM_THREADS": "1"},
                          "command": [*TINY, "--steps", "150", "--sleep-per-step", "0.05",
                                      "--checkpoint-every", "10", "--log-every", "10"]})
-    root = server.state_dir / "jobs" / str(job) / "checkpoints"
+    root = job_dir(server.state_dir, job) / "checkpoints"
     wait_for("a committed checkpoint", lambda: root.is_dir() and any(
         (p / "MANIFEST.json").exists() for p in root.iterdir()), timeout=90)
     r = httpx.post(f"{server.url}/jobs/{job}/inject", json={"fault": "kill-rank", "rank": 1}, timeout=30)

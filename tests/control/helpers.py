@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grace.backends.base import AttemptStatus, LaunchSpec, Observation
+from grace.backends.base import AttemptStatus, LaunchSpec, Observation, ReapError
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.spec.cluster import ClusterSpec
@@ -57,12 +57,19 @@ class ScriptedBackend:
     - ``cancel`` records the call and, unless ``slow_cancel``, makes the next
       poll report CANCELLED;
     - ``adopt`` answers ``alive_on_adopt.get(job_id, True)`` and raises
-      ValueError for a handle it cannot read (as LocalBackend does).
+      ValueError for a handle it cannot read (as LocalBackend does);
+    - ``reap`` records the call and ends the attempt's scripted ``orphans`` (processes
+      no handle points to, e.g. left by a crash mid-launch) and, if it watches the
+      attempt, the attempt itself: the next poll reports it LOST, once, as
+      LocalBackend does. It returns how many processes that ended (a watched
+      attempt counts as one); ``reap_fails`` makes it raise ReapError instead;
+    - ``launch`` of attempt n first reaps attempts 1..n-1 of the job, as every real
+      backend does (recorded in ``launch_reaps``).
     """
 
     cluster: ClusterSpec | None = None
     name: str = "scripted"
-    capabilities: frozenset[str] = frozenset({"launch", "cancel", "poll", "adopt", "drain"})
+    capabilities: frozenset[str] = frozenset({"launch", "cancel", "poll", "adopt", "reap", "drain"})
     alive_on_adopt: dict[int, bool] = field(default_factory=dict)
     crash_on_launch: set[int] = field(default_factory=set)
     refuse_launch: set[int] = field(default_factory=set)
@@ -71,6 +78,10 @@ class ScriptedBackend:
     cancels: list[tuple[int, int]] = field(default_factory=list)
     adopts: list[tuple[int, int, str]] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)
+    reaps: list[tuple[int, int, Path]] = field(default_factory=list)
+    launch_reaps: list[tuple[int, int]] = field(default_factory=list)  # (job, attempt) ended by a launch
+    orphans: dict[tuple[int, int], int] = field(default_factory=dict)  # processes without a handle
+    reap_fails: set[int] = field(default_factory=set)  # jobs whose reap raises ReapError
     polls: int = 0
     watching: dict[tuple[int, int], str] = field(default_factory=dict)
     outcomes: dict[tuple[int, int], Observation] = field(default_factory=dict)
@@ -84,6 +95,9 @@ class ScriptedBackend:
             raise SimulatedCrash(f"control plane died launching job {spec.job_id}")
         if spec.job_id in self.refuse_launch:
             raise RuntimeError(f"backend refused job {spec.job_id}")
+        for earlier in range(1, spec.attempt):
+            if self._end(spec.job_id, earlier):
+                self.launch_reaps.append((spec.job_id, earlier))
         self.launches.append(spec)
         handle = json.dumps({"backend": self.name, "job_id": spec.job_id,
                              "attempt": spec.attempt})
@@ -121,6 +135,24 @@ class ScriptedBackend:
         if alive:
             self.watching[(job_id, attempt)] = handle
         return alive
+
+    def reap(self, job_id: int, attempt: int, workdir: Path) -> int:
+        self.reaps.append((job_id, attempt, Path(workdir)))
+        if job_id in self.reap_fails:
+            raise ReapError(f"job {job_id} attempt {attempt}: processes survive (scripted)")
+        return self._end(job_id, attempt)
+
+    def _end(self, job_id: int, attempt: int) -> int:
+        """SIGKILL, in effect: orphans vanish, a watched attempt is reported LOST next poll."""
+        if job_id in self.reap_fails:
+            raise ReapError(f"job {job_id} attempt {attempt}: processes survive (scripted)")
+        key = (job_id, attempt)
+        ended = self.orphans.pop(key, 0)
+        if key in self.watching and key not in self.outcomes:
+            self.outcomes[key] = Observation(job_id, attempt, AttemptStatus.LOST,
+                                             detail="ended by reap()")
+            ended += 1
+        return ended
 
     def drain(self, node: str, reason: str) -> None:
         self.drains.append((node, reason))
@@ -165,3 +197,14 @@ def add_job(store: Store, now: float, name: str = "job", gpus: float | None = 1,
 def event_kinds(store: Store, job_id: int) -> list[str]:
     with store.read() as s:
         return [e.kind.value for e in repo.events(s, job_id)]
+
+
+def job_dir(state_dir: Path, job_id: int) -> Path:
+    """A job's directory under a control plane's state dir (``jobs/<store id>-<job id>``):
+    the tests use one store per state dir, so the job id alone finds it."""
+    found = sorted((Path(state_dir) / "jobs").glob(f"*-{job_id}"))
+    if len(found) > 1:
+        raise AssertionError(f"several stores' job {job_id} under {state_dir}: {found}")
+    if not found:
+        raise AssertionError(f"no directory for job {job_id} under {state_dir} (not launched?)")
+    return found[0]

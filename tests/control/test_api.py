@@ -168,7 +168,7 @@ def test_show_has_attempts_and_events(api: Api) -> None:
 def test_logs_are_served_per_node_and_attempt(api: Api) -> None:
     jid = api.submit()
     assert api.client.get(f"/jobs/{jid}/logs").text == ""
-    adir = api.state_dir / "jobs" / str(jid) / "attempt-1"
+    adir = api.rec.ctx.dirs.attempt(jid, 1)
     (adir / "ranks").mkdir(parents=True)
     (adir / "a100-00.log").write_text("step 10 loss 4.1\nstep 20 loss 3.2\n")
     (adir / "a100-01.log").write_text("rank 2 ready\n")
@@ -215,8 +215,8 @@ def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: 
     assert r.json() == {"name": "a100-01", "state": "draining", "reason": "Xid 79 seen twice",
                         "evict": False}
     node = {n["name"]: n for n in api.client.get("/nodes").json()}["a100-01"]
-    assert (node["state"], node["reason"], node["actor"]) == ("draining", "Xid 79 seen twice",
-                                                              "alice")
+    assert (node["state"], node["reason"], node["actor"], node["holder"]) == (
+        "draining", "drained by alice: Xid 79 seen twice", "alice", "alice")
     api.rec.cycle()  # nothing runs there: drained at once
     assert {n["name"]: n["state"] for n in api.client.get("/nodes").json()}["a100-01"] == "drained"
     r = api.client.post("/nodes/a100-01/resume", params={"actor": "bob"})
@@ -224,9 +224,10 @@ def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: 
     with api.store.read() as s:
         history = [(e.from_state.value, e.to_state.value, e.reason, e.actor)
                    for e in repo.node_events(s, "a100-01")]
-    assert history == [("healthy", "draining", "Xid 79 seen twice", "alice"),
-                       ("draining", "drained", "Xid 79 seen twice (its last job left)", "alice"),
-                       ("drained", "returned", "resumed by an operator", "bob")]
+    assert history == [("healthy", "draining", "drained by alice: Xid 79 seen twice", "alice"),
+                       ("draining", "drained",
+                        "drained by alice: Xid 79 seen twice (its last job left)", "grace"),
+                       ("drained", "returned", "forced back by bob without diagnostics", "bob")]
 
 
 def test_bad_node_requests_are_refused(api: Api) -> None:
@@ -235,7 +236,7 @@ def test_bad_node_requests_are_refused(api: Api) -> None:
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "reason"
     assert api.client.post("/nodes/a100-00/drain", json={"reason": ""}).status_code == 422
     r = api.client.post("/nodes/a100-00/resume")  # healthy: nothing to resume from
-    assert r.status_code == 409 and "not allowed" in r.json()["detail"]
+    assert r.status_code == 409 and "nothing to undrain" in r.json()["detail"]
     with api.store.read() as s:
         assert repo.node_events(s, "a100-00") == []
 

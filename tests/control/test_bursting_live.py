@@ -26,13 +26,17 @@ from helpers import FakeClock, add_job
 
 from grace.backends.base import AttemptStatus
 from grace.backends.local import LocalBackend
-from grace.control.bursting import LiveBursting
+from grace.control.bursting import LiveBursting, PreemptJob
 from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import JobState
+from grace.core.bursting import RouteJob, SetNodesUsable
+from grace.core.jobs import JobId, PendingJob
+from grace.core.placement import WholeRequest
 from grace.core.policies import get_policy
+from grace.core.state import SchedulerState
 from grace.core.topology import Topology
 from grace.spec.bursting import BurstingSpec
 from grace.spec.loader import parse_cluster
@@ -162,3 +166,27 @@ def test_a_reclaimed_spot_node_preempts_its_job_which_waits_to_run_again(rig):
 def _events(rig: LiveRig, job_id: int):
     with rig.store.read() as s:
         return list(repo.events(s, job_id))
+
+
+def test_the_adapter_takes_data_and_returns_effects_without_touching_the_state():
+    """No reconciler in sight: a snapshot, the clock and the JobSpecs of unrouted jobs go in,
+    effects come out, and the snapshot is as it was until someone applies them."""
+    topo = Topology.from_spec(CLUSTER)
+    clock = FakeClock()
+    cloud = LiveBursting(BURSTING, CLUSTER, topo,
+                         LocalDelayedProvider(LiveBursting.pool_nodes(CLUSTER, BURSTING), clock))
+    state = SchedulerState(topo, get_policy("grace"), {})
+    for i in (1, 2):
+        state.submit(PendingJob(JobId(i), "t", 0.0, WholeRequest(2, None), {}, (GPU,),
+                                estimate_s=600.0))
+    assert cloud.unrouted(state) == [1, 2]
+    usable = list(state.capacity.usable)
+    effects = cloud.observe(state, clock(), {1: {}, 2: {"sensitive_data": True}})
+    assert state.capacity.usable == usable and cloud.unrouted(state) == [1, 2]
+    offer_nodes = {topo.by_name["spot-00"], topo.by_name["od-00"]}
+    assert effects[0] == SetNodesUsable(effects[0].nodes, False)
+    assert set(effects[0].nodes) == offer_nodes
+    assert effects[1:] == [RouteJob(JobId(1), ("lab",)), RouteJob(JobId(2), ("lab",))]
+    assert not any(isinstance(e, PreemptJob) for e in effects)
+    with pytest.raises(KeyError):  # a job is never routed without its spec
+        cloud.observe(state, clock(), {})

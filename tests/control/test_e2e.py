@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import REPO
+from helpers import REPO, job_dir
 
 from grace.spec.loader import load_jobs
 
@@ -171,7 +171,7 @@ def group_members(pgids: set[int]) -> list[int]:
 
 
 def launch_record(state_dir: Path, job_id: int, attempt: int = 1) -> dict[str, Any]:
-    return json.loads((state_dir / "jobs" / str(job_id) / f"attempt-{attempt}" /
+    return json.loads((job_dir(state_dir, job_id) / f"attempt-{attempt}" /
                        "launch.json").read_text())
 
 
@@ -249,7 +249,7 @@ def test_a_job_cancelled_mid_run_ends_cancelled_and_leaves_no_process(lab: Serve
     jid = lab.submit({"name": "long", "tenant": "demo", "nodes": 2, "gpus_per_node": 1,
                       "gpu_model": "A100-80GB", "command": [*TRAIN, "--steps", "100000"]})
     lab.wait_log(jid, "step 10/100000")
-    workdir = lab.state_dir / "jobs" / str(jid)
+    workdir = job_dir(lab.state_dir, jid)
     pgids = {n["pgid"] for n in launch_record(lab.state_dir, jid)["nodes"]}
     assert len(pgids) == 2 and group_members(pgids) and job_processes(workdir)
     t0 = time.monotonic()
@@ -284,8 +284,8 @@ def test_a_sigkilled_control_plane_adopts_live_jobs_and_requeues_dead_ones(
     orphan = server.submit(_short_job("orphan", steps=60))
     server.wait_log(survivor, "step 10/150")
     server.wait_log(orphan, "step 10/60")
-    survivor_dir = server.state_dir / "jobs" / str(survivor)
-    orphan_dir = server.state_dir / "jobs" / str(orphan)
+    survivor_dir = job_dir(server.state_dir, survivor)
+    orphan_dir = job_dir(server.state_dir, orphan)
     first = launch_record(server.state_dir, orphan)
     t0 = time.monotonic()
     server.kill9()

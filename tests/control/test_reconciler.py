@@ -97,7 +97,8 @@ def test_a_submitted_gang_is_placed_and_launched_with_its_nodes_slots_and_env(ri
     for n in launch.nodes:
         assert len(n.gpus) == 2 and len(set(n.gpus)) == 2
         assert all(0 <= g < 4 for g in n.gpus)
-    assert launch.workdir == rig.state_dir / "jobs" / str(jid)
+    assert launch.workdir == rig.rec.ctx.dirs.job(jid)
+    assert launch.env["GRACE_JOB_UID"] == rig.rec.ctx.dirs.uid(jid)
     assert launch.time_limit_s == 600
     assert launch.env["MY_FLAG"] == "1"
     assert float(launch.env["GRACE_CHECKPOINT_INTERVAL_S"]) > 0
@@ -152,7 +153,7 @@ def test_a_lost_node_requeues_the_job_and_attempt_2_avoids_the_node(rig: Rig) ->
     report = rig.cycle(advance=20)  # failed in its first seconds, but the node's fault
     assert report.requeued == [jid]
     job = rig.job(jid)
-    assert job.restarts == 1 and job.exclude_nodes == [bad]
+    assert job.restarts == 1 and [e["node"] for e in job.exclude_nodes] == [bad]
     first, second = job.attempts
     assert (first.state, first.failure_kind, first.failed_node) == (AttemptState.LOST, "node", bad)
     assert "disappeared" in first.detail
@@ -194,7 +195,7 @@ def test_a_hang_excludes_its_node(rig: Rig) -> None:
                        detail="heartbeat missing for 600s")
     rig.cycle(advance=30)
     job = rig.job(jid)
-    assert job.attempts[0].failure_kind == "hang" and job.exclude_nodes == [node]
+    assert job.attempts[0].failure_kind == "hang" and [e["node"] for e in job.exclude_nodes] == [node]
     assert rig.node_of(jid, 2).isdisjoint({node})
 
 
@@ -407,10 +408,13 @@ def test_a_drained_node_gets_no_new_work_and_is_drained_when_its_jobs_left(rig: 
     rig.backend.finish(first)
     rig.cycle()
     n = rig.node(node)
-    assert n.state == "drained" and n.reason == "fan alarm (its last job left)"
+    assert n.state == "drained" and n.reason == "drained by ops: fan alarm (its last job left)"
     with rig.store.read() as s:
         history = [(e.to_state.value, e.reason, e.actor) for e in repo.node_events(s, node)]
-    assert history == [("draining", "fan alarm", "ops"), ("drained", "fan alarm (its last job left)", "ops")]
+    # drained by a person: Grace records the move, the person still holds it (no diagnostics)
+    assert history == [("draining", "drained by ops: fan alarm", "ops"),
+                       ("drained", "drained by ops: fan alarm (its last job left)", "grace")]
+    assert n.holder == "ops"
     for _ in range(2):
         rig.cycle()
     assert all(node not in {n.node for n in s.nodes} for s in rig.backend.launches[1:])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import job_dir
 from test_e2e import REPO, Server
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,7 @@ def _submit(srv: Server, name: str, shape: dict | None = None) -> int:
 
 
 def _committed(srv: Server, job_id: int) -> list[Path]:
-    root = srv.state_dir / "jobs" / str(job_id) / "checkpoints"
+    root = job_dir(srv.state_dir, job_id) / "checkpoints"
     return sorted(p for p in root.iterdir() if (p / "MANIFEST.json").exists()) if root.is_dir() else []
 
 
@@ -50,7 +51,7 @@ def _wait_for_checkpoint(srv: Server, job_id: int, timeout: float = 120) -> None
 
 def _first_heartbeat(srv: Server, job_id: int, attempt: int, timeout: float = 90) -> float:
     """Wall time of the first step that attempt ``attempt`` trained (its first heartbeat)."""
-    adir = srv.state_dir / "jobs" / str(job_id) / f"attempt-{attempt}"
+    adir = job_dir(srv.state_dir, job_id) / f"attempt-{attempt}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for f in sorted(adir.glob("heartbeats-rank*.jsonl")):
@@ -140,7 +141,7 @@ def test_a_straggler_is_moved_off_its_node_from_a_checkpoint(tmp_path: Path):
         assert slow not in {n["node"] for n in second["nodes"]}
         assert second["resumed_from"], "the move must resume from the checkpoint taken on SIGTERM"
         # every rank honoured the SIGTERM: checkpointed, then exited 143
-        exits = (srv.state_dir / "jobs" / str(job) / "attempt-1" / "ranks").glob("rank-*.exit")
+        exits = (job_dir(srv.state_dir, job) / "attempt-1" / "ranks").glob("rank-*.exit")
         assert {json.loads(p.read_text())["exit_code"] for p in exits} == {143}
         node = next(n for n in srv.get("/nodes") if n["name"] == slow)
         assert node["state"] == "degraded" and "straggler" in node["reason"]

@@ -377,7 +377,8 @@ def test_attempt_lifecycle_and_job_history(store: Store) -> None:
         repo.end_attempt(s, attempt, AttemptState.FAILED, 500.0, 137, "node", "n2", "Xid 79")
         repo.note_failure_and_requeue(s, job, 500.0, "node failure; resuming", {"attempt": 1},
                                       exclude_node="n2", stalled_restarts=0)
-        assert (job.state, job.restarts, job.exclude_nodes) == (JobState.PENDING, 1, ["n2"])
+        assert (job.state, job.restarts, [e["node"] for e in job.exclude_nodes]) == (
+            JobState.PENDING, 1, ["n2"])
     with store.transaction() as s:
         job = repo.require_job(s, job_id)
         a2 = repo.start_attempt(s, job, GANG[:1], "local", "pid:5555", 600.0,

@@ -122,7 +122,7 @@ def _run_straggler(rig: Rig, jid: int, slow_pick: int = 1) -> tuple[list[str], s
     job = rig.job(jid)
     nodes = [e["node"] for e in job.attempts[0].placement_json]
     slow = nodes[slow_pick]
-    adir = rig.state_dir / "jobs" / str(jid) / "attempt-1"
+    adir = rig.rec.ctx.dirs.attempt(jid, 1)
     gang_files(adir, nodes, job.attempts[0].started_at, 30, {slow: 1.6})
     for _ in range(20):
         rig.cycle(advance=1.0)
@@ -137,7 +137,7 @@ def test_a_straggler_moves_its_job_off_the_node_from_a_checkpoint(rig4: Rig) -> 
     first = job.attempts[0]
     assert first.state == AttemptState.CANCELLED and first.failure_kind == "straggler"
     assert first.failed_node == slow and "slower than the gang median" in first.detail
-    assert job.exclude_nodes == [slow] and job.restarts == 0  # not the job's fault
+    assert [e["node"] for e in job.exclude_nodes] == [slow] and job.restarts == 0  # not the job's fault
     assert "moved" in event_kinds(rig4.store, jid)
     assert job.state == JobState.RUNNING and len(job.attempts) == 2
     assert slow not in rig4.node_of(jid, 2)
@@ -169,7 +169,7 @@ def test_a_planned_drain_with_evict_moves_its_jobs_off_from_a_checkpoint(rig4: R
     first = job.attempts[0]
     assert first.state == AttemptState.CANCELLED and first.failure_kind == "drain"
     assert "planned drain" in first.detail and "firmware update" in first.detail
-    assert job.exclude_nodes == [node] and job.restarts == 0
+    assert [e["node"] for e in job.exclude_nodes] == [node] and job.restarts == 0
     assert node not in rig4.node_of(jid, 2)
     assert str(rig4.node(node).state) == "drained"  # its last job left
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grace.control.live.context import JobDirs
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, JobState
@@ -132,7 +133,8 @@ def test_live_showback_from_the_store(tmp_path: Path) -> None:
                                 resumed_from="/x/checkpoints/step-000000100")
         repo.end_attempt(s, a2, AttemptState.SUCCEEDED, t0 + 1200 + 5 * H)  # 2 h, done
         repo.set_job_state(s, job, JobState.COMPLETED, t0 + 1200 + 5 * H)
-    adir = tmp_path / "jobs" / str(job_id)
+    with store.read() as s:
+        adir = JobDirs(tmp_path, repo.store_id(s)).job(job_id)
     for n, rec in ((1, {"step": 150, "step_s": 1.0, "phases": {"data": 0.1}}),
                    (2, {"step": 300, "step_s": 1.0, "phases": {"allreduce": 0.2}})):
         (adir / f"attempt-{n}").mkdir(parents=True)

@@ -39,8 +39,12 @@ def run_example(
     nproc: int = 1,
     attempt: int = 1,
     timeout: float = 120,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``examples/<script>`` in one process, or ``nproc`` under torchrun (gloo, CPU)."""
+    """Run ``examples/<script>`` in one process, or ``nproc`` under torchrun (gloo, CPU).
+
+    ``env``: more variables on top of :func:`example_env`'s (``GRACE_JOB_UID``, say).
+    """
     cmd = [sys.executable, str(REPO / "examples" / script), "--device", "cpu", *args]
     if nproc > 1:
         cmd = [
@@ -49,7 +53,8 @@ def run_example(
             f"--master-port={free_port()}", "--max-restarts=0", *cmd[1:],
         ]  # fmt: skip
     return subprocess.run(
-        cmd, env=example_env(workdir, attempt), cwd=REPO, capture_output=True, text=True, timeout=timeout
+        cmd, env=example_env(workdir, attempt, **(env or {})), cwd=REPO, capture_output=True, text=True,
+        timeout=timeout,
     )
 
 

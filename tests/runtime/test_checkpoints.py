@@ -1,11 +1,12 @@
 """Checkpoints in one process (no process group): resume, verification and fallback, retention,
-atomic commit, the divergence gate, SIGTERM, and the reconciler's view of the directory."""
+atomic commit, the divergence gate, SIGTERM, ownership (job_uid), and the reconciler's view."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,18 @@ from grace.runtime.divergence import DivergenceGuard  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 
-def env_for(workdir: Path, attempt: int = 1) -> RuntimeEnv:
+def env_for(workdir: Path, attempt: int = 1, job_uid: str | None = None) -> RuntimeEnv:
     return RuntimeEnv(
         job_id=None, attempt=attempt, node="test", rank=0, world_size=1, local_rank=0,
         workdir=workdir, checkpoint_dir=workdir / "checkpoints", interval_s=None, url=None,
+        job_uid=job_uid,
     )  # fmt: skip
 
 
 class Job:
     """A small model whose every step draws on the data generator and all three global RNGs."""
 
-    def __init__(self, workdir: Path, attempt: int = 1, **options: Any) -> None:
+    def __init__(self, workdir: Path, attempt: int = 1, job_uid: str | None = None, **options: Any) -> None:
         torch.manual_seed(0)
         random.seed(0)
         np.random.seed(0)
@@ -43,7 +45,8 @@ class Job:
         self.gen = torch.Generator().manual_seed(1)
         options.setdefault("handle_sigterm", False)
         options.setdefault("final_checkpoint", False)
-        self.rt = gr.init(self.model, self.opt, data_state=self.gen, env=env_for(workdir, attempt), **options)
+        env = env_for(workdir, attempt, job_uid)
+        self.rt = gr.init(self.model, self.opt, data_state=self.gen, env=env, **options)
         self.losses: dict[int, float] = {}
 
     def step(self, loss_override: float | None = None) -> None:
@@ -342,3 +345,131 @@ def test_heartbeats_carry_the_phase_breakdown(tmp_path: Path) -> None:
     assert {"data", "forward", "backward", "optimizer"} <= set(records[-1]["phases"])
     assert any("checkpoint" in r["phases"] for r in records)
     assert all(r["tokens_per_s"] > 0 and r["step_s"] > 0 for r in records)
+
+
+# ---------------------------------------------------------------------------- ownership (job_uid)
+
+A, B = "store-a:1", "store-b:1"  # job 1 of two different stores: same job id, different jobs
+
+
+def _trained(workdir: Path, job_uid: str | None) -> Job:
+    """A job that ran 4 steps and committed checkpoints 2 and 4."""
+    job = Job(workdir, job_uid=job_uid, checkpoint_every_steps=2)
+    job.run(4)
+    job.rt.finish()
+    assert steps(workdir) == [2, 4]
+    return job
+
+
+def _copy_checkpoints(src: Path, dst: Path) -> None:
+    shutil.copytree(src / "checkpoints", dst / "checkpoints", dirs_exist_ok=True)
+
+
+def _edit_manifest(path: Path, **changes: Any) -> None:
+    """Rewrite a manifest (it is not hashed: only the files it lists are); a value None drops the key."""
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            manifest.pop(k, None)
+        else:
+            manifest[k] = v
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def test_every_manifest_records_the_job_uid(tmp_path: Path) -> None:
+    _trained(tmp_path / "a", A)
+    _trained(tmp_path / "plain", None)
+    for step in (2, 4):
+        name = f"step-{step:09d}"
+        assert ckpt.read_manifest(tmp_path / "a" / "checkpoints" / name)["job_uid"] == A  # type: ignore[index]
+        manifest = ckpt.read_manifest(tmp_path / "plain" / "checkpoints" / name)
+        assert manifest is not None and manifest["job_uid"] is None  # outside Grace: null, checked by no one
+
+
+def test_another_jobs_checkpoint_is_refused_naming_both_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _trained(tmp_path / "a", A)
+    _copy_checkpoints(tmp_path / "a", tmp_path / "b")  # B's directory now holds A's checkpoints
+    capsys.readouterr()
+
+    b = Job(tmp_path / "b", job_uid=B)
+    before = b.params()
+    with pytest.raises(gr.ForeignCheckpointError) as err:
+        b.rt.resume()
+    newest = tmp_path / "b" / "checkpoints" / "step-000000004"
+    assert isinstance(err.value, gr.CheckpointError)
+    assert (err.value.path, err.value.owner, err.value.job_uid) == (newest, A, B)
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint {newest} belongs to job {A}, not to this job {B}; ")
+    assert "GRACE_CHECKPOINT_DIR" in msg and "delete" in msg
+    assert f"grace.runtime: {msg}" in capsys.readouterr().err  # rank 0 says it on stderr too
+    # nothing loaded, nothing trained, nothing moved: the other job's files are left as they were
+    assert b.rt.step == 0 and same(b.params(), before)
+    assert steps(tmp_path / "b") == [2, 4] and not (tmp_path / "b" / "checkpoints" / ".corrupt").exists()
+    assert b.rt._finished and not b.rt.heartbeats._thread.is_alive()  # shut down, not left running
+
+
+def test_the_same_job_resumes_from_its_copied_checkpoint(tmp_path: Path) -> None:
+    a = _trained(tmp_path / "a", A)
+    _copy_checkpoints(tmp_path / "a", tmp_path / "moved")  # same job, its directory moved
+    again = Job(tmp_path / "moved", attempt=2, job_uid=A)
+    assert again.rt.resume() == 5
+    assert same(again.params(), a.params())
+    again.rt.finish()
+
+
+def test_a_foreign_checkpoint_behind_this_jobs_own_is_refused_too(tmp_path: Path) -> None:
+    _trained(tmp_path, A)
+    older = tmp_path / "checkpoints" / "step-000000002"
+    _edit_manifest(older, job_uid=B)  # the newest (4) is A's own; 2 is B's
+    again = Job(tmp_path, attempt=2, job_uid=A)
+    with pytest.raises(gr.ForeignCheckpointError) as err:
+        again.rt.resume()
+    assert (err.value.path, err.value.owner, err.value.job_uid) == (older, B, A)
+
+
+def test_a_foreign_checkpoint_is_refused_before_a_corrupt_newer_one_is_touched(tmp_path: Path) -> None:
+    _trained(tmp_path / "a", A)
+    _copy_checkpoints(tmp_path / "a", tmp_path / "b")
+    (tmp_path / "b" / "checkpoints" / "step-000000004" / "__0_0.distcp").write_bytes(b"torn")
+    b = Job(tmp_path / "b", job_uid=B)
+    with pytest.raises(gr.ForeignCheckpointError):
+        b.rt.resume()
+    assert steps(tmp_path / "b") == [2, 4]  # not quarantined: it is not this job's to move
+
+
+@pytest.mark.parametrize("key", ["null", "absent"])
+@pytest.mark.parametrize("job_uid", [None, A], ids=["no-uid", "uid"])
+def test_a_checkpoint_without_job_uid_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], job_uid: str | None, key: str
+) -> None:
+    old = _trained(tmp_path, None)  # written outside Grace: "job_uid": null
+    if key == "absent":  # written before manifests had the field
+        for _, path in ckpt.committed(tmp_path / "checkpoints"):
+            _edit_manifest(path, job_uid=None)
+    capsys.readouterr()
+    again = Job(tmp_path, attempt=2, job_uid=job_uid, checkpoint_every_steps=2)
+    assert again.rt.resume() == 5
+    assert same(again.params(), old.params())
+    err = capsys.readouterr().err
+    if job_uid is None:
+        assert "job_uid" not in err  # as before this check existed: silent
+    else:
+        assert "warning: checkpoint" in err and "records no job_uid" in err and A in err
+    again.run(6)
+    again.rt.finish()
+    newest = ckpt.read_manifest(tmp_path / "checkpoints" / "step-000000006")
+    assert newest is not None and newest["job_uid"] == job_uid  # and from now on it is recorded
+
+
+def test_a_run_without_job_uid_resumes_any_checkpoint_and_says_whose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside Grace (a person debugging a job's checkpoint on a laptop) nothing is checked."""
+    _trained(tmp_path, A)
+    capsys.readouterr()
+    again = Job(tmp_path, attempt=2, job_uid=None)
+    assert again.rt.resume() == 5
+    assert f"was written by job {A}; this run has no GRACE_JOB_UID" in capsys.readouterr().err
+    again.rt.finish()

@@ -24,9 +24,18 @@ def test_under_grace(tmp_path: Path) -> None:
     assert env.url == DEFAULT_URL  # under Grace without GRACE_URL: the control plane's default
 
 
+def test_job_uid() -> None:
+    """Unique across control-plane stores, unlike GRACE_JOB_ID; opaque; absent outside Grace."""
+    env = RuntimeEnv.from_environ({"GRACE_JOB_ID": "1", "GRACE_JOB_UID": "9f2c41:1"})
+    assert (env.job_id, env.job_uid) == ("1", "9f2c41:1")
+    assert RuntimeEnv.from_environ({"GRACE_JOB_ID": "1"}).job_uid is None  # an older control plane
+    assert RuntimeEnv.from_environ({"GRACE_JOB_UID": " "}).job_uid is None
+
+
 def test_standalone_defaults() -> None:
     env = RuntimeEnv.from_environ({})
     assert env.job_id is None and env.url is None and env.attempt == 1 and env.interval_s is None
+    assert env.job_uid is None
     assert env.checkpoint_dir == env.workdir / "checkpoints"
     assert RuntimeEnv.from_environ({"GRACE_URL": "http://x:1"}).url is None  # no job id: nowhere to post
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,3 +107,29 @@ def test_nan_loss_ends_the_run_with_86_and_keeps_the_last_good_checkpoint(tmp_pa
     assert [s for s, _ in ckpt.committed(tmp_path / "checkpoints")] == [3, 6, 9]
     record = json.loads((tmp_path / "attempt-1" / "diverged.json").read_text())
     assert record["checkpoint_step"] == 9
+
+
+@pytest.mark.slow
+def test_a_job_handed_another_jobs_checkpoint_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """A fresh store's job 1 given an old store's job 1's directory: it must fail loudly, not finish.
+
+    Before job_uid, it "resumed" at the old job's last step and exited 0 without training.
+    """
+    old, new = "old-store:1", "new-store:1"
+    args = ("--steps", "4", "--checkpoint-every", "2", "--log-every", "1")
+    _ok(run_example("train_ddp.py", tmp_path / "old", *args, env={"GRACE_JOB_UID": old}))
+    shutil.copytree(tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints")
+
+    # two ranks: both must stop (neither may hang in a collective waiting for the other)
+    proc = run_example("train_ddp.py", tmp_path / "new", *args, nproc=2, timeout=90,
+                       env={"GRACE_JOB_UID": new})  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    newest = tmp_path / "new" / "checkpoints" / "step-000000004"
+    assert f"grace.runtime: checkpoint {newest} belongs to job {old}, not to this job {new}; " in proc.stderr
+    assert "ForeignCheckpointError" in proc.stderr and "GRACE_CHECKPOINT_DIR" in proc.stderr
+    assert not re.search(r"^step \d+/", proc.stdout, re.M) and "done" not in proc.stdout  # trained nothing
+
+    # the same job's own directory resumes, and finishes at once: it was done
+    again = run_example("train_ddp.py", tmp_path / "old", *args, attempt=2, env={"GRACE_JOB_UID": old})
+    _ok(again)
+    assert "resumed from checkpoint of step 4" in again.stderr

@@ -8,6 +8,7 @@ alone runs them two at a time.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,38 @@ def test_no_job_longer_than_the_spot_bound_ever_starts_on_spot():
     assert on_spot and all(length[name] <= 6 * HOUR for name in on_spot)
     assert any(pools == {"od"} for _, pools in placed)  # the long ones burst on demand
     assert on["jobs_completed"] == len(jobs)
+
+
+def test_the_twins_cloud_changes_the_replay_only_through_the_effects_it_returns():
+    """``TwinCloud`` reads the state it is given and returns effects; the calls themselves
+    leave the simulation as it was, and every kind of effect turns up in a replay with
+    spot preemptions."""
+    spec = bursting(checkpoint_interval_s=1800, restart_s=600)
+    sim = Simulation(TOPO, JOBS, SimConfig(policy=get_policy("grace"), bursting=spec,
+                                           pool_kinds=pool_kinds_of(CLUSTER), seed=3))
+    cloud = sim.cloud
+    assert cloud is not None
+    seen: set[str] = set()
+
+    def looks() -> tuple:
+        state = sim.state
+        return (len(sim.events), tuple(state.capacity.usable), sim.metrics.rented_gpus,
+                tuple((j.id, j.pools) for j in state.pending.values()),
+                {k: sorted(v) for k, v in state.queues.items()},
+                {n: sorted(v) for n, v in sim.node_jobs.items()},
+                tuple(j.outcome for j in sim.jobs.values()))
+
+    def checked(call: Callable[..., list]) -> Callable[..., list]:
+        def wrapper(*args: object, **kwargs: object) -> list:
+            before = looks()
+            effects = call(*args, **kwargs)
+            assert looks() == before
+            seen.update(type(e).__name__ for e in effects)
+            return effects
+        return wrapper
+
+    cloud.due = checked(cloud.due)  # type: ignore[method-assign]
+    cloud.after_cycle = checked(cloud.after_cycle)  # type: ignore[method-assign]
+    summary = sim.run().summary
+    assert summary["spot_preemptions"] > 0 and summary["jobs_completed"] == len(JOBS)
+    assert seen == {"WakeAt", "SetNodesUsable", "PreemptSpot", "RouteJob", "CountRentedGpus"}

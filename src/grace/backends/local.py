@@ -30,8 +30,20 @@ On disk, under the job's ``workdir``::
     attempt-<n>/<node>.exit          torchrun's exit code (atomic), written as it ends
     attempt-<n>/ranks/rank-<r>.exit  each rank's own exit code and end time
     attempt-<n>/ranks/<node>/<job>-<n>_*/attempt_0/<local rank>/{stdout,stderr}.log
+    attempt-<n>/launching.json       the token, written before any process is started
     attempt-<n>/cancel.json          written by cancel() before it signals anything
+    attempt-<n>/reaped.json          written by reap() before it kills a watched attempt
     checkpoints/                     $GRACE_CHECKPOINT_DIR, shared by all attempts
+
+Cancel returns at once: it writes ``cancel.json`` and sends SIGTERM; one daemon
+thread per backend (started when needed, gone when idle) SIGKILLs what is left
+when the grace period ends, so a 60 s grace never stalls the reconcile cycle.
+
+Reap finds an attempt's processes without its handle: by the token in
+``launching.json``/``launch.json`` (also in ``attempt-<n>.stale-*``), and by the
+``GRACE_WORKDIR``/``GRACE_ATTEMPT`` every process of an attempt inherits. Launch
+of attempt n reaps attempts 1..n-1 of the job first, so a gang orphaned by a
+control plane that died mid-launch never shares GPUs with its successor.
 
 Rendezvous is torchrun's *static* one (``--master-addr/--master-port`` with
 ``--node-rank=i``), not c10d: static maps NodeAssignment ``i`` to group rank
@@ -61,7 +73,14 @@ from typing import Any
 
 import grace
 from grace.backends import local_agent
-from grace.backends.base import AttemptStatus, LaunchSpec, Observation, adopt_recorded
+from grace.backends.base import (
+    AttemptStatus,
+    Deadlines,
+    LaunchSpec,
+    Observation,
+    ReapError,
+    adopt_recorded,
+)
 from grace.backends.local_agent import TOKEN_ENV, processes_with_token, read_json, write_json_atomic
 from grace.spec.cluster import ClusterSpec
 
@@ -76,6 +95,10 @@ INJECTABLE: dict[str, signal.Signals | None] = {
     "kill-rank": signal.SIGKILL, "hang-rank": signal.SIGSTOP, "straggler": None}
 #: Lines of a node's log quoted in an Observation's detail.
 DETAIL_LINES = 20
+#: Seconds reap() keeps SIGKILLing an attempt's processes before it gives up (ReapError).
+REAP_TIMEOUT_S = 10.0
+#: Seconds between two SIGKILL rounds while processes of an attempt remain.
+KILL_ROUND_S = 0.05
 #: Variables of the control plane's own environment that must not leak into a gang.
 _SCRUB = (
     "RANK",
@@ -106,7 +129,7 @@ class _Attempt:
     token: str
     nodes: list[_Node]
     handle: str
-    kill_at: float | None = None  # monotonic time to SIGKILL a gang being torn down
+    kill_at: float | None = None  # monotonic time to SIGKILL a gang being torn down or cancelled
 
 
 def _free_port() -> int:
@@ -126,6 +149,44 @@ def _tail(path: Path, lines: int = DETAIL_LINES, max_chars: int = 4000) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])[-max_chars:]
+
+
+def _attempt_number(dir_name: str) -> int | None:
+    """``attempt-3`` or ``attempt-3.stale-1700000000`` -> 3; None for anything else."""
+    head, _, _ = dir_name.partition(".stale-")
+    prefix, _, number = head.partition("-")
+    return int(number) if prefix == "attempt" and number.isdigit() else None
+
+
+def _scan_attempts(tokens: set[str], workdir: str, attempts: set[int]) -> dict[int, int]:
+    """``{pid: pgid}`` of live processes of these attempts: carrying one of ``tokens``, or
+    ``GRACE_WORKDIR=workdir`` with ``GRACE_ATTEMPT`` in ``attempts`` (every process the
+    backend starts gets both). One pass over /proc; zombies (empty environ), other users'
+    processes and this process are skipped."""
+    prefixes = tuple(f"{TOKEN_ENV}={t}:".encode() for t in tokens if t)
+    wd = f"GRACE_WORKDIR={workdir}".encode()
+    numbers = {f"GRACE_ATTEMPT={n}".encode() for n in attempts}
+    me = os.getpid()
+    found: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        by_token = bool(prefixes) and any(v.startswith(prefixes) for v in env)
+        if by_token or (wd in env and not numbers.isdisjoint(env)):
+            try:
+                found[int(entry)] = os.getpgid(int(entry))
+            except ProcessLookupError:
+                continue
+    return found
 
 
 def rank_logs(attempt_dir: Path) -> dict[str, dict[int, tuple[Path, Path]]]:
@@ -165,7 +226,8 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._inventory = cluster
         self._slots: dict[str, tuple[int, ...]] = {}  # node -> slot-to-CUDA-id map (NVML only)
-        caps = {"launch", "cancel", "adopt", "poll", "inject"}
+        self._kills = Deadlines(f"grace-local-kills-{id(self):x}")  # cancel's SIGKILL after grace
+        caps = {"launch", "cancel", "adopt", "poll", "reap", "inject"}
         if use_nvml:
             from grace.backends import nvml
 
@@ -184,26 +246,37 @@ class LocalBackend:
     def launch(self, spec: LaunchSpec) -> str:
         """Start one detached torchrun agent per node; returns the JSON handle.
 
+        First every surviving process of the job's attempts 1..n-1 in this
+        workdir is reaped (ReapError, nothing started, if one survives): the
+        control plane may have lost track of one, e.g. by dying between the
+        launch record and saving the handle, and two attempts of one job must
+        never hold the GPUs at once.
+
         Idempotent per (job, attempt): launching an attempt that this or an
         earlier control plane already started, and whose agents are still alive
         or left exit records, adopts it and returns its handle instead of
-        starting a duplicate gang. A dead leftover without any record is moved
-        aside to ``attempt-<n>.stale-<time>`` and the attempt starts afresh.
+        starting a duplicate gang. A leftover without ``launch.json`` (a launch
+        cut short) is reaped, moved aside to ``attempt-<n>.stale-<time>``, and
+        the attempt starts afresh.
         """
         spec.check()
         key = (spec.job_id, spec.attempt)
+        workdir = Path(spec.workdir).resolve()
         with self._lock:
+            if spec.attempt > 1:
+                ended = self._reap(spec.job_id, set(range(1, spec.attempt)), workdir)
+                if ended:
+                    log.warning("job %s: ended %d surviving process(es) of attempts before %s "
+                                "before launching it", spec.job_id, ended, spec.attempt)
             if key in self._attempts:
                 return self._attempts[key].handle
-            attempt_dir = Path(spec.workdir).resolve() / f"attempt-{spec.attempt}"
+            attempt_dir = workdir / f"attempt-{spec.attempt}"
             adopted = adopt_recorded(self, spec, attempt_dir)
             if adopted is not None:
                 return adopted
             if attempt_dir.exists():
                 # A launch cut short before launch.json: kill whatever it had started.
-                pending = read_json(attempt_dir / "launching.json")
-                if pending is not None:
-                    self._kill_token(str(pending.get("token")))
+                self._reap(spec.job_id, {spec.attempt}, workdir)
                 attempt_dir.rename(attempt_dir.with_name(f"{attempt_dir.name}.stale-{time.time():.0f}"))
             return self._start(spec, attempt_dir)
 
@@ -216,16 +289,21 @@ class LocalBackend:
                 out.append(obs)
                 if obs.status is not AttemptStatus.RUNNING:
                     del self._attempts[key]
+                    self._kills.drop(key)
                     with contextlib.suppress(FileNotFoundError):
                         self._registry(*key).unlink()
         return out
 
     def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
-        """SIGTERM every process of the attempt, SIGKILL what is left after ``grace_s``.
+        """SIGTERM every process of the attempt now; SIGKILL what is left after ``grace_s``.
 
-        Returns once no process of the attempt remains. The ``cancel.json``
-        marker written first makes the outcome CANCELLED even if the control
-        plane dies mid-cancel. Unknown or already-ended attempts are left alone.
+        Returns at once: the SIGKILL comes from this backend's kill worker, so a
+        long grace (a move lets a job checkpoint for a minute) never holds up the
+        caller's cycle. ``poll`` reports CANCELLED, once, when every process is
+        gone. The ``cancel.json`` marker written first makes the outcome CANCELLED
+        even if the control plane dies mid-cancel (the next one's ``adopt`` re-arms
+        the SIGKILL). Cancelling again only brings the SIGKILL forward if its grace
+        is shorter; unknown or already-ended attempts are left alone.
         """
         with self._lock:
             a = self._attempts.get((job_id, attempt))
@@ -233,19 +311,17 @@ class LocalBackend:
                 return
             if all(self._node_state(a, n)[0] == "exited" for n in a.nodes):
                 return  # it ended on its own; poll() reports how
-            write_json_atomic(a.dir / "cancel.json", {"at": time.time(), "grace_s": grace_s})
-            self._signal_all(a, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self._any_alive(a):
-            time.sleep(0.1)
-        with self._lock:
-            for _ in range(50):
-                if not self._any_alive(a):
-                    break
-                self._signal_all(a, signal.SIGKILL)
-                time.sleep(0.1)
+            marker = a.dir / "cancel.json"
+            if not marker.exists():
+                write_json_atomic(marker, {"at": time.time(), "grace_s": grace_s})
+            at = time.monotonic() + max(0.0, grace_s)
+            if a.kill_at is None:  # not yet signalled by a cancel or a failure's teardown
+                self._signal_all(a, signal.SIGTERM)
+                a.kill_at = at
             else:
-                log.error("job %s attempt %s: processes survive SIGKILL", job_id, attempt)
+                a.kill_at = min(a.kill_at, at)
+            kill_at = a.kill_at
+        self._schedule_kill(a, kill_at)
 
     def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
         """Watch an attempt started by an earlier control plane; False if it is gone.
@@ -277,13 +353,34 @@ class LocalBackend:
             if (job_id, attempt) in self._attempts:
                 return True
             states = [self._node_state(a, n)[0] for n in a.nodes]
-            if all(s == "gone" for s in states) and not (a.dir / "cancel.json").exists():
+            cancel = read_json(a.dir / "cancel.json")
+            if all(s == "gone" for s in states) and cancel is None:
                 self._kill_strays(a)
                 with contextlib.suppress(FileNotFoundError):
                     self._registry(job_id, attempt).unlink()
                 return False
             self._attempts[(job_id, attempt)] = a
-            return True
+            if cancel is not None and "running" in states:
+                # cancelled by a control plane that died before the SIGKILL: keep its deadline
+                left = float(cancel.get("at", 0.0)) + float(cancel.get("grace_s", 0.0)) - time.time()
+                a.kill_at = time.monotonic() + max(0.0, left)
+        if a.kill_at is not None:
+            self._schedule_kill(a, a.kill_at)
+        return True
+
+    def reap(self, job_id: int, attempt: int, workdir: Path) -> int:
+        """SIGKILL every process of the attempt, handle or not; returns how many it ended.
+
+        Found by the tokens of ``attempt-<n>/launching.json`` and ``launch.json``
+        (and of ``attempt-<n>.stale-*``), the state dir's record, a watched
+        attempt's own token, and by ``GRACE_WORKDIR``/``GRACE_ATTEMPT``; killed
+        round after round until none is left, for at most ``REAP_TIMEOUT_S``
+        (ReapError after that). A watched attempt gets ``reaped.json`` first, so
+        ``poll`` reports it LOST ("reaped"), once; an unwatched one loses its
+        state-dir record, so no later restart tries to adopt it.
+        """
+        with self._lock:
+            return self._reap(job_id, {attempt}, Path(workdir).resolve())
 
     def drain(self, node: str, reason: str) -> None:
         """Nothing to tell: the local machine has no scheduler of its own."""
@@ -350,6 +447,85 @@ class LocalBackend:
 
     def _registry(self, job_id: int, attempt: int) -> Path:
         return self._state_dir / "attempts" / f"{job_id}-{attempt}.json"
+
+    def _reap(self, job_id: int, attempts: set[int], workdir: Path) -> int:
+        """Reap these attempts of a job (see ``reap``); the caller holds ``self._lock``."""
+        tokens: set[str] = set()
+        watched = [a for k in attempts if (a := self._attempts.get((job_id, k))) is not None]
+        tokens.update(a.token for a in watched)
+        for k in attempts:
+            record = read_json(self._registry(job_id, k))
+            if record is not None and record.get("token"):
+                tokens.add(str(record["token"]))
+        with contextlib.suppress(OSError):
+            for d in workdir.iterdir():
+                if _attempt_number(d.name) in attempts:
+                    for name in ("launching.json", "launch.json"):
+                        record = read_json(d / name)
+                        if record is not None and record.get("token"):
+                            tokens.add(str(record["token"]))
+        found = _scan_attempts(tokens, str(workdir), attempts)
+        if found:
+            for a in watched:
+                write_json_atomic(a.dir / "reaped.json", {"at": time.time()})
+        ended: set[int] = set()
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while found:
+            if time.monotonic() > deadline:
+                raise ReapError(f"job {job_id} attempt(s) {sorted(attempts)}: processes "
+                                f"{sorted(found)} survive SIGKILL after {REAP_TIMEOUT_S:g}s")
+            # groups led by one of them are the attempt's (agents, rank shims): a member
+            # that dropped the variables still dies with its group
+            local_agent.signal_groups({g for p, g in found.items() if p == g}, signal.SIGKILL)
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    ended.add(pid)
+                except (ProcessLookupError, PermissionError):
+                    continue
+            time.sleep(KILL_ROUND_S)
+            for a in watched:  # our own children: collect them so they leave no zombie
+                for n in a.nodes:
+                    if n.proc is not None:
+                        n.proc.poll()
+            found = _scan_attempts(tokens, str(workdir), attempts)
+        for k in attempts:
+            if (job_id, k) not in self._attempts:
+                with contextlib.suppress(FileNotFoundError):
+                    self._registry(job_id, k).unlink()
+        if ended:
+            log.warning("job %s attempt(s) %s: reaped %d process(es)", job_id, sorted(attempts),
+                        len(ended))
+        return len(ended)
+
+    # ------------------------------------------------------------------ the kill worker
+
+    def _schedule_kill(self, a: _Attempt, at: float) -> None:
+        """SIGKILL what is left of ``a`` at monotonic time ``at`` (the earliest asked wins);
+        retried every second while processes survive and the attempt is watched."""
+        key = (a.job_id, a.attempt)
+
+        def kill() -> float | None:
+            if self._kill_now(a):
+                return None
+            log.error("job %s attempt %s: processes survive SIGKILL; trying again", *key)
+            with self._lock:
+                watched = key in self._attempts
+            return time.monotonic() + 1.0 if watched else None
+
+        self._kills.at(key, at, kill)
+
+    def _kill_now(self, a: _Attempt) -> bool:
+        """SIGKILL every process of ``a`` round after round; True once none is left."""
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while True:
+            with self._lock:
+                if not self._any_alive(a):
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                self._signal_all(a, signal.SIGKILL)
+            time.sleep(KILL_ROUND_S)
 
     def _cuda_ids(self, node: str, slots: tuple[int, ...]) -> tuple[int, ...]:
         """Slots -> CUDA ids: identity on a spec cluster, NVML indexes on a real one."""
@@ -519,22 +695,25 @@ class LocalBackend:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
-    def _kill_strays(self, a: _Attempt) -> None:
-        """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest."""
-        self._kill_token(a.token)
+    def _kill_strays(self, a: _Attempt) -> bool:
+        """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest.
+        True once none is left."""
+        return self._kill_token(a.token)
 
     @staticmethod
-    def _kill_token(token: str) -> None:
-        """SIGKILL every process carrying the token (and its group) until none is left."""
+    def _kill_token(token: str) -> bool:
+        """SIGKILL every process carrying the token (and its group) until none is left;
+        False if some survived a second of it."""
         for _ in range(20):
             left = processes_with_token(token)
             if not left:
-                return
+                return True
             local_agent.signal_groups(left.values(), signal.SIGKILL)
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
+        return not processes_with_token(token)
 
     def _tear_down(self, a: _Attempt) -> None:
         """End the nodes still running after another failed: SIGTERM now, SIGKILL later polls."""
@@ -594,9 +773,15 @@ class LocalBackend:
             if cancelled or failure is not None or gone:
                 self._tear_down(a)  # torchrun on the healthy nodes would hang or fail anyway
             return obs(AttemptStatus.RUNNING)
-        self._kill_strays(a)
+        if not self._kill_strays(a):
+            # ended means no process left: the GPUs are not free while one survives
+            log.error("job %s attempt %s: agents gone, but processes survive SIGKILL",
+                      a.job_id, a.attempt)
+            return obs(AttemptStatus.RUNNING)
         if cancelled:
             return obs(AttemptStatus.CANCELLED, detail="cancelled")
+        if (a.dir / "reaped.json").exists():
+            return obs(AttemptStatus.LOST, detail="ended by reap(): its processes were SIGKILLed")
         if gone and failure is not None and failure.get("exit_code") in (-15, -9, 137, 143):
             failure = None  # ranks signalled as their vanished agent went down: the agent is the cause
         if failure is not None:

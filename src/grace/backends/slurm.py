@@ -34,9 +34,17 @@ Observation: ``squeue -t all`` for every tracked job in one call; for a job
 that ended, ``scontrol show job`` (kept ``MinJobAge`` seconds), else the
 completion record ``sacct -c``. Cancel sends SIGTERM to the job's steps (the
 training processes: the runtime checkpoints and exits 143) with
-``scancel --signal=TERM``, then ``scancel --full --signal=KILL`` and ``scancel``
-after ``grace_s``. The batch shell itself is not signalled: it only waits for
-``srun``, and a signalled ``srun`` would forward a second SIGTERM to the ranks.
+``scancel --signal=TERM`` and returns; ``grace_s`` later a background worker
+sends ``scancel --full --signal=KILL`` and ``scancel`` if Slurm still lists the
+job live, so a long grace never holds up the reconcile cycle. The batch shell
+itself is not signalled: it only waits for ``srun``, and a signalled ``srun``
+would forward a second SIGTERM to the ranks.
+
+Reap ends an attempt Grace may hold no handle for: the Slurm jobs named
+``grace-<job>-<attempt>`` with this instance's comment, and the one its
+``launch.json`` names, get ``scancel --full --signal=KILL`` and ``scancel``, and
+reap waits until Slurm no longer lists them live. Launch of attempt n reaps
+attempts 1..n-1 of the job first, so two attempts never hold nodes at once.
 
 On disk, under the job's ``workdir``::
 
@@ -61,13 +69,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grace
 from grace.backends import local_agent
-from grace.backends.base import AttemptStatus, LaunchSpec, Observation, adopt_recorded
+from grace.backends.base import (
+    AttemptStatus,
+    Deadlines,
+    LaunchSpec,
+    Observation,
+    ReapError,
+    adopt_recorded,
+)
 from grace.backends.local_agent import read_json, write_json_atomic
 from grace.backends.slurm_cli import (
     SlurmCli,
@@ -99,6 +115,10 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUS
 _SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
           "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", local_agent.TOKEN_ENV)
 DETAIL_LINES = 20
+#: Seconds reap() waits for Slurm to stop listing a scancelled job (ReapError after that).
+REAP_TIMEOUT_S = 60.0
+#: Seconds after the final scancel of a cancel before a job still live is logged (and scancelled again).
+CANCEL_CHECK_S = 60.0
 
 
 def job_name(job_id: int, attempt: int) -> str:
@@ -148,7 +168,7 @@ class SlurmBackend:
     """
 
     name = "slurm"
-    capabilities: frozenset[str] = frozenset({"launch", "cancel", "adopt", "poll", "drain",
+    capabilities: frozenset[str] = frozenset({"launch", "cancel", "adopt", "poll", "reap", "drain",
                                               "node_states", "inject"})
 
     def __init__(self, state_dir: Path, *, cluster: ClusterSpec | None = None,
@@ -166,6 +186,7 @@ class SlurmBackend:
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._lock = threading.RLock()
         self.instance = hashlib.sha1(str(self._state_dir.resolve()).encode()).hexdigest()[:10]
+        self._kills = Deadlines(f"grace-slurm-kills-{self.instance}")  # cancel's kill after grace
 
     # ------------------------------------------------------------------ protocol
 
@@ -184,18 +205,22 @@ class SlurmBackend:
         """
         spec.check()
         key = (spec.job_id, spec.attempt)
+        workdir = Path(spec.workdir).resolve()
         with self._lock:
+            if spec.attempt > 1:  # an earlier attempt Grace lost track of must not share nodes
+                ended = self._reap(spec.job_id, set(range(1, spec.attempt)), workdir)
+                if ended:
+                    log.warning("job %s: cancelled %d Slurm job(s) of attempts before %s "
+                                "before launching it", spec.job_id, ended, spec.attempt)
             if key in self._attempts:
                 return self._attempts[key].handle
-            attempt_dir = Path(spec.workdir).resolve() / f"attempt-{spec.attempt}"
+            attempt_dir = workdir / f"attempt-{spec.attempt}"
             adopted = adopt_recorded(self, spec, attempt_dir)
             if adopted is not None:
                 return adopted
-            for found in self._live_by_name(*key):
-                # submitted by a control plane that died before writing launch.json: end it,
-                # it may be on nodes Grace has since given to someone else
-                log.warning("job %s attempt %s: cancelling unrecorded Slurm job %s", *key, found)
-                self.cli.run("scancel", found, check=False)
+            # submitted by a control plane that died before writing launch.json: end it,
+            # it may be on nodes Grace has since given to someone else
+            self._reap(spec.job_id, {spec.attempt}, workdir)
             if attempt_dir.exists():
                 attempt_dir.rename(attempt_dir.with_name(f"{attempt_dir.name}.stale-{time.time():.0f}"))
             return self._submit(spec, attempt_dir)
@@ -218,14 +243,20 @@ class SlurmBackend:
                 if obs.status is not AttemptStatus.RUNNING:
                     del self._attempts[(a.job_id, a.attempt)]
                     self._registry(a.job_id, a.attempt).unlink(missing_ok=True)
+                    self._kills.drop((a.job_id, a.attempt))
             return out
 
     def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
-        """SIGTERM the job's steps, then kill and cancel the job after ``grace_s``.
+        """SIGTERM the job's steps now; kill and cancel the job after ``grace_s``.
 
-        Returns once Slurm reports the job ended (its processes are gone). The
-        ``cancel.json`` marker makes the outcome CANCELLED even if the control
-        plane dies mid-cancel. Unknown or already-ended attempts are left alone.
+        Returns at once (one ``squeue`` and one ``scancel``): the kill comes from
+        this backend's worker when the grace ends, if Slurm still lists the job
+        live; ``poll`` reports CANCELLED, once, when Slurm says it ended. A job not
+        yet running (pending, configuring) has nothing to checkpoint and is
+        scancelled at once. The ``cancel.json`` marker makes the outcome CANCELLED
+        even if the control plane dies mid-cancel (``adopt`` re-arms the kill).
+        Cancelling again only brings the kill forward; unknown or already-ended
+        attempts are left alone.
         """
         with self._lock:
             a = self._attempts.get((job_id, attempt))
@@ -234,16 +265,59 @@ class SlurmBackend:
         info = self._query([a.slurm_id]).get(a.slurm_id)
         if info is None or not info.live:
             return
-        write_json_atomic(a.dir / "cancel.json", {"at": time.time(), "grace_s": grace_s})
-        if info.state == "RUNNING":
+        marker = a.dir / "cancel.json"
+        first = not marker.exists()
+        if first:
+            write_json_atomic(marker, {"at": time.time(), "grace_s": grace_s})
+        if info.state != "RUNNING":
+            self.cli.run("scancel", a.slurm_id, check=False)
+            self._kills.at((job_id, attempt), time.monotonic() + CANCEL_CHECK_S,
+                           self._check_ended(a))
+            return
+        if first or (job_id, attempt) not in self._kills.due():
             self.cli.run("scancel", "--signal=TERM", a.slurm_id, check=False)
-            if self._wait_ended(a.slurm_id, grace_s):
-                return
+        self._kills.at((job_id, attempt), time.monotonic() + max(0.0, grace_s), self._kill_after_grace(a))
+
+    def _kill_after_grace(self, a: _Attempt) -> Callable[[], float | None]:
+        """The worker's step when a cancel's grace ends: kill and cancel what still runs,
+        then check on it CANCEL_CHECK_S later."""
+
+        def kill() -> float | None:
+            if not self._still_live(a):
+                return None
+            log.info("job %s attempt %s: Slurm job %s outlived its grace; killing it",
+                     a.job_id, a.attempt, a.slurm_id)
             self.cli.run("scancel", "--full", "--signal=KILL", a.slurm_id, check=False)
-        self.cli.run("scancel", a.slurm_id, check=False)
-        if not self._wait_ended(a.slurm_id, 60.0):
-            log.error("job %s attempt %s: Slurm job %s has not ended 60 s after scancel",
-                      job_id, attempt, a.slurm_id)
+            self.cli.run("scancel", a.slurm_id, check=False)
+            self._kills.at((a.job_id, a.attempt), time.monotonic() + CANCEL_CHECK_S,
+                           self._check_ended(a))
+            return None
+
+        return kill
+
+    def _check_ended(self, a: _Attempt) -> Callable[[], float | None]:
+        """The worker's step after a final scancel: a job Slurm still lists live is logged
+        and scancelled again, every CANCEL_CHECK_S, until it ends."""
+
+        def check() -> float | None:
+            if not self._still_live(a):
+                return None
+            log.error("job %s attempt %s: Slurm job %s has not ended %.0f s after scancel; "
+                      "cancelling again", a.job_id, a.attempt, a.slurm_id, CANCEL_CHECK_S)
+            self.cli.run("scancel", a.slurm_id, check=False)
+            return time.monotonic() + CANCEL_CHECK_S
+
+        return check
+
+    def _still_live(self, a: _Attempt) -> bool:
+        """Does Slurm list the job live? Unreachable counts as live (try again later)."""
+        try:
+            info = self._query([a.slurm_id]).get(a.slurm_id)
+        except SlurmError as e:
+            log.warning("job %s attempt %s: cannot ask Slurm about job %s: %s",
+                        a.job_id, a.attempt, a.slurm_id, e)
+            return True
+        return info is not None and info.live
 
     def adopt(self, job_id: int, attempt: int, handle: str) -> bool:
         """Re-attach to the Slurm job the handle names; False if Slurm no longer knows it.
@@ -269,10 +343,28 @@ class SlurmBackend:
         if name and name != job_name(job_id, attempt):
             log.warning("Slurm job %s is %r, not job %s attempt %s", slurm_id, name, job_id, attempt)
             return False
+        a = _Attempt(job_id, attempt, slurm_id, Path(data["dir"]), handle)
         with self._lock:
-            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, slurm_id,
-                                                         Path(data["dir"]), handle)
+            self._attempts[(job_id, attempt)] = a
+        cancel = read_json(a.dir / "cancel.json")
+        if cancel is not None and found[1].live:
+            # cancelled by a control plane that died before the kill: keep its deadline
+            left = float(cancel.get("at", 0.0)) + float(cancel.get("grace_s", 0.0)) - time.time()
+            self._kills.at((job_id, attempt), time.monotonic() + max(0.0, left),
+                           self._kill_after_grace(a))
         return True
+
+    def reap(self, job_id: int, attempt: int, workdir: Path) -> int:
+        """Kill and cancel every live Slurm job of the attempt, handle or not; returns how many.
+
+        Found by name and this instance's comment (``squeue --name``), and by the
+        Slurm job ``attempt-<n>/launch.json``, the state dir's record or a watched
+        attempt names (if its name is the attempt's: ids are reused). Waits until
+        Slurm no longer lists them live, for at most REAP_TIMEOUT_S (ReapError
+        after that). A watched attempt stays watched: ``poll`` reports its end once.
+        """
+        with self._lock:
+            return self._reap(job_id, {attempt}, Path(workdir).resolve())
 
     def drain(self, node: str, reason: str) -> None:
         """``scontrol update state=drain``; the reason (prefixed ``grace:``) shows in ``sinfo -R``."""
@@ -444,9 +536,61 @@ exec {py} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --node-rank="
 
     def _live_by_name(self, job_id: int, attempt: int) -> list[str]:
         """Live Slurm jobs of this attempt submitted by this control plane (name and comment)."""
-        out = self.cli.run("squeue", "-h", f"--name={job_name(job_id, attempt)}", "-o", "%i|%k")
-        mine = self._comment(job_id, attempt)
-        return [r["id"] for r in parse_table(out, ("id", "comment")) if r["comment"] == mine]
+        return sorted(self._live_of(job_id, {attempt}))
+
+    def _live_of(self, job_id: int, attempts: set[int],
+                 recorded: dict[str, int] | None = None) -> dict[str, int]:
+        """``{slurm id: attempt}`` of live Slurm jobs of these attempts: by name with this
+        instance's comment, and the ``recorded`` ids whose name is their attempt's."""
+        found: dict[str, int] = {}
+        names = {job_name(job_id, k): k for k in sorted(attempts)}
+        out = self.cli.run("squeue", "-h", f"--name={','.join(names)}", "-o", "%i|%j|%k|%T")
+        for r in parse_table(out, ("id", "name", "comment", "state")):
+            k = names.get(r["name"])
+            if k is not None and r["comment"] == self._comment(job_id, k) and (
+                    not r["state"] or r["state"] in LIVE_STATES):
+                found[r["id"]] = k
+        ids = sorted(set(recorded or {}) - set(found))
+        if ids:
+            out = self._run_lenient("squeue", "-h", "-t", "all", "-j", ",".join(ids),
+                                    "-o", "%i|%j|%k|%T")
+            for r in parse_table(out, ("id", "name", "comment", "state")):
+                k = (recorded or {}).get(r["id"])
+                if k is not None and r["name"] == job_name(job_id, k) and r["state"] in LIVE_STATES:
+                    found[r["id"]] = k
+        return found
+
+    def _reap(self, job_id: int, attempts: set[int], workdir: Path) -> int:
+        """Reap these attempts of a job (see ``reap``); the caller holds ``self._lock``."""
+        recorded: dict[str, int] = {}
+        for k in attempts:
+            a = self._attempts.get((job_id, k))
+            if a is not None:
+                recorded[a.slurm_id] = k
+            for path in (self._registry(job_id, k), workdir / f"attempt-{k}" / "launch.json"):
+                data = read_json(path)
+                if data is not None and str(data.get("slurm_job_id", "")).isdigit():
+                    recorded[str(data["slurm_job_id"])] = k
+        live = self._live_of(job_id, attempts, recorded)
+        for sid, k in sorted(live.items()):
+            log.warning("job %s attempt %s: reaping Slurm job %s", job_id, k, sid)
+            self.cli.run("scancel", "--full", "--signal=KILL", sid, check=False)
+            self.cli.run("scancel", sid, check=False)
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        left = set(live)
+        while left:
+            info = self._query(sorted(left))
+            left = {sid for sid in left if sid in info and info[sid].live}
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                raise ReapError(f"job {job_id}: Slurm still lists {sorted(left)} live "
+                                f"{REAP_TIMEOUT_S:g}s after scancel")
+            time.sleep(0.5)
+        for k in attempts:
+            if (job_id, k) not in self._attempts:
+                self._registry(job_id, k).unlink(missing_ok=True)
+        return len(live)
 
     def _run_lenient(self, *args: str) -> str:
         """stdout; "Invalid job id" (purged, never existed) is an empty answer, anything

@@ -80,9 +80,15 @@ def up(
              "provisioning delay (the local provider); a real cloud plugs in behind the "
              "CloudProvider protocol (docs/bursting.md)"),
 ) -> None:
-    """Run the control plane: API, reconciler and a backend (local processes or Slurm)."""
+    """Run the control plane: API, reconciler and a backend (local processes or Slurm).
+
+    One leads per store: on PostgreSQL a second ``grace up`` stands by (read-only API)
+    and takes over when the leader's lease expires; on SQLite it is refused (exit 1).
+    """
+    from rich.markup import escape
+
     from grace.backends.slurm_cli import SlurmError
-    from grace.control.server import ServerConfig, serve
+    from grace.control.server import ServerConfig, StoreInUse, serve
 
     if backend not in ("local", "slurm"):
         err.print(f"[red]invalid[/red] --backend {backend!r}: use local or slurm")
@@ -99,6 +105,9 @@ def up(
     except SlurmError as e:  # no slurmctld, no client tools: say so, not a traceback
         err.print(f"[red]slurm[/red] {e}")
         raise typer.Exit(code=2) from e
+    except StoreInUse as e:  # a second grace up on one SQLite file: nothing was written
+        err.print(f"[red]error[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(code=1) from e
 
 
 def submit(

@@ -4,6 +4,11 @@ Input is validated with the same pydantic specs as the CLI. A bad request gets
 a 4xx whose body names every bad field and its fix, and nothing is stored: the
 spec is validated and compiled against the cluster before the transaction that
 writes it opens.
+
+On a standby control plane (``leadership`` given and not leading) reads work and
+every POST/PUT/PATCH/DELETE answers 503 naming the leader: a standby writes
+nothing. A write that meets the fence (this process lost the lease meanwhile)
+is rolled back and answers 503 too.
 """
 
 from __future__ import annotations
@@ -19,11 +24,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from grace.control.live.context import JobDirs
+from grace.control.live.context import job_dirs as live_job_dirs
+from grace.control.node_health import HealthConfig, breaker_message, load_monitor, save_monitor
 from grace.control.snapshot import JobCompiler
+from grace.control.store import exclusions
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
+from grace.control.store.errors import Fenced
+from grace.control.store.lease import Leadership
 from grace.control.store.models import JobState
-from grace.core.health import IllegalTransition, NodeState, Signal, SignalKind
+from grace.core.health import IllegalTransition, Signal, SignalKind
 from grace.core.jobs import JobCompileError
 from grace.core.topology import Topology
 from grace.spec.errors import from_validation_error
@@ -74,11 +85,43 @@ class SignalRequest(BaseModel):
     detail: str = ""
 
 
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 def create_app(store: Store, topo: Topology, state_dir: Path,
-               reconciler: Any = None, backend: Any = None) -> FastAPI:
+               reconciler: Any = None, backend: Any = None,
+               leadership: Leadership | None = None,
+               health: HealthConfig | None = None) -> FastAPI:
+    """The app over ``store``; ``leadership`` (from ``grace up``) adds the leader's view to
+    /healthz and refuses writes while this process stands by. Without it (tests, tools)
+    the app neither knows nor guards a role."""
     app = FastAPI(title="Grace", version="0.1.0",
                   description="Control plane of a private GPU training cluster")
     compiler = JobCompiler(topo)
+    # operator actions decide with the reconciler's own health rules
+    health_config = health or (reconciler.health.config if reconciler is not None
+                               else HealthConfig())
+    job_dirs_cache: list[JobDirs] = []
+
+    def dirs() -> JobDirs:
+        """Where the store's jobs keep their files (``<state_dir>/jobs/<store id>-<job id>``)."""
+        if not job_dirs_cache:
+            job_dirs_cache.append(live_job_dirs(store, state_dir))
+        return job_dirs_cache[0]
+
+    if leadership is not None:
+        @app.middleware("http")
+        async def _standby_is_read_only(request: Request, call_next: Any) -> Any:
+            role = leadership.get()
+            if request.method in _WRITES and not role.leading:
+                return JSONResponse(status_code=503, headers={"Retry-After": "1"}, content={
+                    "detail": f"this control plane is a standby and writes nothing; the leader "
+                              f"is {role.leader or 'not known yet'}: send writes to it"})
+            return await call_next(request)
+
+    @app.exception_handler(Fenced)
+    async def _fenced(_: Request, exc: Fenced) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": str(exc)})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -87,8 +130,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         return JSONResponse(status_code=422, content={"detail": problems})
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", **(leadership.health() if leadership is not None else {})}
 
     @app.post("/jobs", status_code=201)
     def submit(body: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +177,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             out["events"] = [{"at": e.at, "kind": str(e.kind), "detail": e.detail}
                              for e in repo.events(s, job_id)]
             number = job.attempts_count
-        adir = state_dir / "jobs" / str(job_id) / f"attempt-{number}"
+        adir = dirs().attempt(job_id, number)
         out["progress"] = {}
         for f in sorted(adir.glob("progress-rank*.json")) if adir.is_dir() else []:
             try:
@@ -159,7 +202,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         with store.transaction() as s:
             job = _get(s, job_id)
             number = attempt or job.attempts_count
-        adir = state_dir / "jobs" / str(job_id) / f"attempt-{number}"
+        adir = dirs().attempt(job_id, number)
         if not adir.is_dir():
             return ""
         files = sorted(p for p in adir.rglob("*.log") if node is None or node in p.name)
@@ -174,7 +217,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         """The runtime's batched progress: the newest record per rank is kept for ``grace job``."""
         if not body.records:
             return
-        adir = state_dir / "jobs" / str(job_id) / f"attempt-{body.attempt}"
+        adir = dirs().attempt(job_id, body.attempt)
         if not adir.is_dir():
             raise HTTPException(404, detail=f"job {job_id} has no attempt {body.attempt} here")
         latest = adir / f"progress-rank{body.rank}.json"
@@ -209,48 +252,87 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
 
     @app.post("/nodes/{name}/signals", status_code=202)
     def node_signal(name: str, body: SignalRequest) -> dict[str, Any]:
-        """A health signal for a node (from an exporter or a person); the health table acts."""
+        """A health signal for a node (from an exporter or a person); the health table acts
+        on it next cycle. Kept in the store until then, so a restart loses none."""
         _node(name)
-        if reconciler is None:
-            raise HTTPException(503, detail="no reconciler in this process")
         try:
             kind = SignalKind(body.kind)
         except ValueError as e:
             raise HTTPException(422, detail=[{"field": "kind", "message": f"unknown signal; use "
                                               f"one of {[k.value for k in SignalKind]}"}]) from e
-        reconciler.signal(Signal(name, kind, _now(), body.code, body.detail))
+        with store.transaction() as s:
+            repo.add_signal(s, name, kind.value, _now(), body.code, body.detail, "api")
         return {"node": name, "signal": kind.value, "code": body.code}
 
     @app.get("/nodes")
     def nodes() -> list[dict[str, Any]]:
-        with store.transaction() as s:
+        """Every node with its health memory and the jobs kept off it (``excluded_nodes``)."""
+        now = _now()
+        with store.read() as s:
+            kept_off: dict[str, list[dict[str, Any]]] = {}
+            for job in repo.jobs_in_states(s, [JobState.PENDING, JobState.RUNNING]):
+                for e in exclusions.describe(job, now):
+                    kept_off.setdefault(e["node"], []).append({**e, "job": job.id})
+            breaker = breaker_message(s)
             return [{"name": n.name, "state": str(n.state), "reason": n.reason,
-                     "actor": n.actor, "gpus": n.gpus, "gpu_model": n.gpu_model}
+                     "actor": n.actor, "holder": n.holder, "lemon": bool(n.lemon),
+                     "gpus": n.gpus, "gpu_model": n.gpu_model,
+                     "breaker_open": breaker is not None,
+                     "excluded_nodes": kept_off.get(n.name, [])}
                     for n in repo.nodes(s)]
+
+    @app.get("/health/breaker")
+    def breaker() -> dict[str, Any]:
+        """Whether automatic draining is stopped, since when and why (the operator's page)."""
+        with store.read() as s:
+            last = breaker_message(s)
+        if last is None:
+            return {"open": False}
+        return {"open": True, "since": last.at, "message": last.message}
+
+    @app.post("/health/breaker/reset")
+    def reset_breaker(actor: str = "api") -> dict[str, Any]:
+        """A person re-enables automatic draining after finding the common cause."""
+        _with_monitor(lambda m, now: m.reset_breaker(actor, now))
+        return {"open": False, "actor": actor}
 
     @app.post("/nodes/{name}/drain")
     def drain(name: str, body: DrainRequest) -> dict[str, Any]:
         """Cordon now; the node becomes drained when its running jobs have left (at once,
-        from a checkpoint each, with ``evict``)."""
+        from a checkpoint each, with ``evict``). The person holds it: no diagnostic returns
+        it without them."""
         _node(name)
-        if body.evict and reconciler is None:
-            raise HTTPException(503, detail="no reconciler in this process to evict with")
-        _move(name, NodeState.DRAINING, body.reason, body.actor)
-        if body.evict:
-            reconciler.evict(name, body.reason)
+
+        def act(m: Any, now: float) -> None:
+            m.drain(name, body.reason, body.actor, now)
+
+        _with_monitor(act, evict=(name, body.reason) if body.evict else None)
         return {"name": name, "state": "draining", "reason": body.reason, "evict": body.evict}
 
     @app.post("/nodes/{name}/resume")
-    def resume(name: str, actor: str = "api") -> dict[str, Any]:
-        """An operator returns a node to service (forced: no diagnostic in between)."""
+    def resume(name: str, actor: str = "api", diagnose: bool = False) -> dict[str, Any]:
+        """An operator returns a node to service: now (forced, no diagnostic in between), or
+        with ``diagnose`` after it passes a level-3 diagnostic. Jobs kept off it may use it
+        again once it is back."""
         _node(name)
-        _move(name, NodeState.RETURNED, "resumed by an operator", actor)
-        return {"name": name, "state": "returned"}
+        _with_monitor(lambda m, now: m.undrain(name, actor, now, force=not diagnose))
+        with store.read() as s:
+            state = str(next(n.state for n in repo.nodes(s) if n.name == name))
+        return {"name": name, "state": state}
 
-    def _move(name: str, to: NodeState, reason: str, actor: str) -> None:
+    def _with_monitor(act: Any, evict: tuple[str, str] | None = None) -> None:
+        """Apply an operator action through ``core.health``'s monitor, loaded from and saved
+        to the store in one transaction (what the reconciler does with signals)."""
+        now = _now()
         try:
             with store.transaction() as s:
-                repo.set_node_state(s, name, to, reason, actor, _now())
+                monitor = load_monitor(s, health_config, now)
+                was_open = monitor.breaker_open
+                act(monitor, now)
+                save_monitor(s, monitor, was_open, now)
+                if evict is not None:
+                    row = next(n for n in repo.nodes(s) if n.name == evict[0])
+                    row.evict_reason = evict[1]
         except IllegalTransition as e:
             raise HTTPException(409, detail=str(e)) from e
 

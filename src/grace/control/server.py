@@ -2,8 +2,18 @@
 
 The reconciler runs in a background thread, one cycle a second (sooner after a
 submission is not needed at this scale). Stopping the server (SIGINT/SIGTERM)
-stops the loop after its current cycle; running training jobs are left alone,
-and the next ``grace up`` adopts them.
+stops the loop after its current cycle and releases the leader lease; running
+training jobs are left alone, and the next leader adopts them.
+
+One leader per store (``store.lease``): the reconcile loop runs only in the
+``grace up`` that holds the store's leader lease; its writes are fenced by the
+lease's epoch. On PostgreSQL another ``grace up`` is a standby: it serves the
+API read-only, polls the lease, and when it expires takes over (fence,
+``recover()``, loop). A leader that loses its lease stops its loop and stands
+by. On SQLite, one file of one machine, a second ``grace up`` is refused: an
+exclusive ``flock`` on ``<db>.lock``, which the kernel drops when its holder
+dies, says whether the store is in use, so a restart after a crash takes over
+at once instead of waiting for the TTL.
 
 Everything that can be wrong in the operator's files (cluster, bursting offers
 against the cluster's pools) is checked in ``assemble``, before the store is
@@ -13,13 +23,20 @@ fix instead of a loop that fails every cycle.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import signal
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from grace.backends.base import Backend
 from grace.backends.local import LocalBackend
@@ -27,7 +44,17 @@ from grace.control.api import create_app
 from grace.control.bursting import LiveBursting
 from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
-from grace.control.store.db import Store
+from grace.control.store.db import Store, make_engine, normalize_url
+from grace.control.store.errors import Fenced
+from grace.control.store.lease import (
+    DEFAULT_TTL_S,
+    POLL_EVERY_S,
+    RENEW_EVERY_S,
+    LeaderLease,
+    Leadership,
+    local_time,
+    this_holder,
+)
 from grace.control.stragglers import StragglerWatch
 from grace.core.policies import get_policy
 from grace.core.stragglers import StragglerDetector
@@ -58,20 +85,47 @@ class ServerConfig:
     straggler_window_s: float = 30.0
     straggler_threshold: float = 0.10
     bursting: Path | None = None  # kind: bursting; rents the cluster's cloud pools (docs/bursting.md)
+    lease_ttl_s: float = DEFAULT_TTL_S  # leader lease (store.lease): presumed dead after this
+    lease_renew_s: float = RENEW_EVERY_S
+    lease_poll_s: float = POLL_EVERY_S  # how often a standby looks for an expired lease
+
+
+class StoreInUse(RuntimeError):
+    """A second ``grace up`` on a SQLite store that another one serves: refused before it
+    writes anything (SQLite has one control plane; PostgreSQL can have standbys)."""
 
 
 class ReconcileLoop(threading.Thread):
-    def __init__(self, reconciler: Reconciler, interval_s: float) -> None:
+    """``recover()`` once, then a cycle every ``interval_s``; runs only while leading.
+
+    ``Fenced`` ends it at once (another control plane took the lease, so every further
+    write would be refused too) and calls ``on_fenced`` so the lease keeper stands by.
+    """
+
+    def __init__(self, reconciler: Reconciler, interval_s: float,
+                 on_fenced: Callable[[], None] | None = None) -> None:
         super().__init__(name="reconciler", daemon=True)
         self.reconciler = reconciler
         self.interval_s = interval_s
+        self.on_fenced = on_fenced
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Fenced as e:
+            log.critical("%s; the reconcile loop stops now", e)
+            self.stopping.set()
+            if self.on_fenced is not None:
+                self.on_fenced()
+
+    def _run(self) -> None:
         while not self.stopping.is_set():
             try:  # until it succeeds: no cycle may run before the live attempts are adopted
                 requeued = self.reconciler.recover()
                 break
+            except Fenced:
+                raise
             except Exception:  # e.g. Slurm's controller unreachable right now
                 log.exception("recovery failed; retrying")
                 self.stopping.wait(max(self.interval_s, 5.0))
@@ -82,6 +136,8 @@ class ReconcileLoop(threading.Thread):
         while not self.stopping.is_set():
             try:
                 self.reconciler.cycle()
+            except Fenced:
+                raise
             except Exception:  # a bad cycle must not kill the loop; the next one retries
                 log.exception("reconcile cycle failed")
             self.stopping.wait(self.interval_s)
@@ -124,6 +180,7 @@ class ControlPlane:
     backend: Backend
     topo: Topology
     reconciler: Reconciler
+    lock: SqliteLock | None = None  # SQLite: held for the life of the process
 
 
 def assemble(cfg: ServerConfig) -> ControlPlane:
@@ -138,28 +195,286 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     backend, spec = make_backend(cfg)
     bursting = load_bursting_for(cfg.bursting, spec) if cfg.bursting else None
     topo = Topology.from_spec(spec)
-    url = cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
+    url = store_url(cfg)
+    lock = claim_sqlite(url)  # before the store is opened: a refused second one writes nothing
     store = Store.open(url)
+    # defer_writes: nothing is written until this process leads (recover registers the nodes)
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
-                            heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                            heartbeat_timeout_s=cfg.heartbeat_timeout_s, defer_writes=True,
                             stragglers=StragglerWatch(
                                 StragglerDetector(threshold=cfg.straggler_threshold),
                                 window_s=cfg.straggler_window_s))
     if bursting is not None:
         provider = LocalDelayedProvider(LiveBursting.pool_nodes(spec, bursting), reconciler.clock)
         reconciler.bursting = LiveBursting(bursting, spec, topo, provider)
-    return ControlPlane(store, backend, topo, reconciler)
+    return ControlPlane(store, backend, topo, reconciler, lock)
+
+
+def store_url(cfg: ServerConfig) -> str:
+    """``--db``, or the SQLite file in the state directory."""
+    return cfg.db_url or f"sqlite:///{cfg.state_dir / 'grace.sqlite'}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL; None for PostgreSQL or an in-memory database."""
+    parsed = make_url(normalize_url(url))
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(str(parsed.database)).resolve()
+
+
+class SqliteLock:
+    """An exclusive ``flock`` on ``<db>.lock`` for as long as this process lives.
+
+    Why a file lock and not only the lease: the kernel drops it when its holder dies,
+    however it dies, so "locked" means a live ``grace up`` serves the file, and a
+    ``grace up`` restarted after a SIGKILL takes over at once (the dead holder's lease
+    row is taken with ``force``) instead of being refused until the TTL ran out. The
+    file's text (``host:pid since time``) is for the refusal message only.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, holder: str) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{holder} since {local_time(time.time())}\n".encode())
+        self._fd = fd
+        return True
+
+    def note(self) -> str:
+        """What the holder wrote: ``host:pid since time`` ("" if unreadable)."""
+        try:
+            return self.path.read_text().strip()
+        except OSError:
+            return ""
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def claim_sqlite(url: str) -> SqliteLock | None:
+    """On SQLite, take the file's lock or raise ``StoreInUse`` naming who holds it."""
+    path = sqlite_file(url)
+    if path is None:
+        return None
+    lock = SqliteLock(path.with_name(path.name + ".lock"))
+    if lock.acquire(this_holder()):
+        return lock
+    raise StoreInUse(f"the store {path} is in use by {_user_of(url, lock)}: SQLite allows one "
+                     "control plane per store (use PostgreSQL, --db postgresql://..., to run "
+                     "a standby); nothing was written")
+
+
+def _user_of(url: str, lock: SqliteLock) -> str:
+    """``host:pid since time`` of the running control plane: its lock note, else the lease."""
+    note = lock.note()
+    if note:
+        return note
+    store = Store(make_engine(url))  # not Store.open: no migration, nothing written
+    try:
+        info = LeaderLease(store).current()
+    except Exception:  # an older schema, a locked file: the lock alone says it is in use
+        info = None
+    finally:
+        store.close()
+    return f"{info.holder} since {info.since}" if info else "another process"
+
+
+class LeaseKeeper(threading.Thread):
+    """This process's part in "one leader per store": lead or stand by, and switch.
+
+    While leading it renews the lease every ``renew_s``; while standing by it polls
+    every ``poll_s`` and takes the lease once it expired. Taking it sets the store's
+    fence and starts a ``ReconcileLoop`` (``recover()`` first: nodes registered, running
+    attempts adopted through their handles). Losing it (a renewal refused, or none
+    possible until the lease would expire) stops the loop at once, says so loudly and
+    stands by again; the fence stays set until the loop has ended, so nothing that
+    loop still writes lands.
+    """
+
+    def __init__(self, store: Store, reconciler: Reconciler, lease: LeaderLease,
+                 leadership: Leadership, interval_s: float = 1.0,
+                 renew_s: float = RENEW_EVERY_S, poll_s: float = POLL_EVERY_S,
+                 clock: Callable[[], float] = time.time,
+                 say: Callable[[str], None] | None = None) -> None:
+        super().__init__(name="leader-lease", daemon=True)
+        self.store = store
+        self.reconciler = reconciler
+        self.lease = lease
+        self.leadership = leadership
+        self.interval_s = interval_s
+        self.renew_s = renew_s
+        self.poll_s = poll_s
+        self.clock = clock
+        self.say = say or (lambda line: print(line, flush=True))
+        self.loop: ReconcileLoop | None = None
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # promotion against shutdown
+        self._ending: ReconcileLoop | None = None  # a deposed loop still finishing its cycle
+        self._announced: str | None = None
+
+    @property
+    def leading(self) -> bool:
+        return self.loop is not None
+
+    def start_up(self, *, force: bool = False) -> bool:
+        """The first try, before the API serves: lead at once, or say who leads and stand by.
+
+        ``force``: the caller knows the holder is dead (SQLite's file lock is ours)."""
+        if self.lease.try_acquire(self.clock(), force=force):
+            self._promote()
+            return True
+        self._stand_by()
+        return False
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self._renew() if self.leading else self._poll()
+            except Exception:  # the store unreachable for a moment: the next turn retries
+                log.exception("leader lease: %s failed", "renewal" if self.leading else "poll")
+            self._wake.wait(self.renew_s if self.leading else self.poll_s)
+            self._wake.clear()
+
+    def _renew(self) -> None:
+        loop = self.loop
+        now = self.clock()
+        try:
+            ok = self.lease.renew(now)
+        except Exception as e:
+            if now < self.lease.expires_at - self.renew_s:
+                log.warning("leader lease: renewal failed (%s); retrying", e)
+                return
+            self._demote(f"it could not be renewed before it expires ({e})")
+            return
+        if not ok:
+            self._demote("another control plane took it over")
+        elif loop is not None and not loop.is_alive():  # fenced, yet the lease is ours again?
+            self._demote("the reconcile loop stopped")
+
+    def _poll(self) -> None:
+        if self._ending is not None:
+            if self._ending.is_alive():
+                return  # never two loops: lead again only once the deposed one ended
+            self._ending = None
+            self.store.fence = None
+        with self._lock:
+            if self.stopping.is_set():
+                return
+            if self.lease.try_acquire(self.clock()):
+                self._promote()
+                return
+        self._stand_by()
+
+    def _promote(self) -> None:
+        holder, epoch = self.lease.fence
+        self.store.fence = (holder, epoch)
+        self.leadership.set("leader", holder, epoch, self.clock())
+        self.loop = ReconcileLoop(self.reconciler, self.interval_s, on_fenced=self._wake.set)
+        self.loop.start()
+        self._announced = holder
+        self.say(f"leader: {holder} leads the store from {local_time(self.clock())} "
+                 f"(epoch {epoch})")
+
+    def _demote(self, why: str) -> None:
+        loop, self.loop = self.loop, None
+        log.critical("LOST THE LEADER LEASE as %s: %s. The reconcile loop stops now; "
+                     "this control plane is a standby", self.lease.holder, why)
+        self.leadership.set("standby", "", 0, None)  # the API refuses writes from here on
+        if loop is not None:
+            loop.stopping.set()
+            loop.join(timeout=30)  # its writes are fenced meanwhile
+            if loop.is_alive():
+                log.error("the deposed reconcile loop is still in a cycle; it is fenced")
+                self._ending = loop
+        if self._ending is None:
+            self.store.fence = None
+        self._stand_by()
+
+    def _stand_by(self) -> None:
+        info = self.lease.current()
+        self.leadership.set("standby", info.holder if info else "", info.epoch if info else 0,
+                            info.acquired_at if info else None)
+        if info is not None and info.holder != self._announced:
+            self.say(f"standby: leader is {info.holder} since {info.since}")
+            self._announced = info.holder
+
+    def shutdown(self) -> None:
+        """Stop: the keeper, then the loop (after its cycle), then release the lease so a
+        standby takes over at its next poll."""
+        self.stopping.set()
+        self._wake.set()
+        if self.is_alive():
+            self.join(timeout=40)
+        with self._lock:
+            loop, self.loop = self.loop, None
+        if loop is not None:
+            loop.stopping.set()
+            loop.join(timeout=10)
+        if self.lease.held:
+            try:
+                self.lease.release(self.clock())
+            except Exception:
+                log.exception("leader lease: release failed; a standby takes over after the TTL")
+        self.leadership.set("standby", "", 0, None)
 
 
 def serve(cfg: ServerConfig) -> None:
+    """Run ``grace up`` until SIGINT/SIGTERM; raises ``StoreInUse`` for a busy SQLite store."""
     plane = assemble(cfg)
     # jobs inherit it, so grace.runtime finds the control plane for heartbeats
     os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
-    loop = ReconcileLoop(plane.reconciler, cfg.interval_s)
-    app = create_app(plane.store, plane.topo, cfg.state_dir, plane.reconciler, plane.backend)
-    loop.start()
+    leadership = Leadership()
+    keeper = LeaseKeeper(plane.store, plane.reconciler,
+                         LeaderLease(plane.store, ttl_s=cfg.lease_ttl_s), leadership,
+                         cfg.interval_s, renew_s=cfg.lease_renew_s, poll_s=cfg.lease_poll_s)
+    app = create_app(plane.store, plane.topo, cfg.state_dir, plane.reconciler, plane.backend,
+                     leadership=leadership)
+    previous = _stop_on(signal.default_int_handler)
     try:
+        keeper.start_up(force=plane.lock is not None)
+        keeper.start()
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+    except KeyboardInterrupt:  # SIGINT/SIGTERM before uvicorn ran, or re-raised after it
+        pass
     finally:
-        loop.stopping.set()
-        loop.join(timeout=10)
+        _stop_on(_already_stopping)
+        try:
+            keeper.shutdown()
+        finally:
+            _restore(previous)
+            if plane.lock is not None:
+                plane.lock.release()
+
+
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def _stop_on(handler: _Handler) -> dict[int, _Handler]:
+    """SIGTERM like SIGINT: uvicorn shuts down gracefully on either and then re-raises it
+    with the handler it found; with the default SIGTERM one that would kill the process
+    before ``serve`` could stop the loop and release the lease."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(previous: dict[int, _Handler]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _already_stopping(signum: int, _frame: FrameType | None) -> None:
+    log.warning("signal %s: already stopping (releasing the leader lease)", signum)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grace.core.capacity import FreeCapacity, Placement, Slice
+from grace.core.fragmentation import DemandModel, observe_arrival
 from grace.core.jobs import JobCompileError, JobId, PendingJob, compile_job
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import TenantQuota
@@ -89,9 +90,7 @@ class JobCompiler:
         job = compile_job(spec, job_id, submitted_at, self.topo)
         if exclude:
             ids = frozenset(self.topo.by_name[n] for n in exclude if n in self.topo.by_name)
-            job.exclude_nodes = ids
-            job.shape = ()
-            job.__post_init__()
+            job.update(exclude_nodes=ids)
         self._cache[key] = job
         return job
 
@@ -104,17 +103,47 @@ class JobCompiler:
             del self._cache[key]
 
 
+class DemandTracker:
+    """The request mix of fragmentation-aware packing, kept across cycles.
+
+    The twin's one ``SchedulerState`` sees every arrival once, in order; live builds
+    a state per cycle, so this tracker observes each job of the store once, in id
+    (submission) order: ``catch_up`` on the jobs newer than the last it saw. On a
+    restart it starts empty and its first ``catch_up`` reads the whole store, so the
+    mix is the same as if the control plane had never stopped.
+    """
+
+    def __init__(self, topo: Topology) -> None:
+        self.demand = DemandModel()
+        self.units = topo.slice_units[0]
+        self.last_id = 0
+
+    def catch_up(self, jobs: Iterable[tuple[int, PendingJob | None]]) -> None:
+        """``jobs``: (id, compiled job or None if it does not compile), ids ascending."""
+        for job_id, pj in jobs:
+            if job_id <= self.last_id:
+                continue
+            if pj is not None:
+                observe_arrival(self.demand, pj, self.units)
+            self.last_id = job_id
+
+
 def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuota],
                 running: list[tuple[PendingJob, Placement, float]],
                 pending: list[PendingJob], unusable_nodes: set[str],
-                ending: Iterable[tuple[PendingJob, Placement, float]] = ()) -> SchedulerState:
+                ending: Iterable[tuple[PendingJob, Placement, float]] = (),
+                preemptions: dict[str, list[float]] | None = None,
+                demand: DemandModel | None = None) -> SchedulerState:
     """A fresh SchedulerState: running gangs allocated, waiting jobs queued, drained nodes out.
 
     ``ending`` are live attempts of jobs already stopped or preempted: they hold their
     GPUs until the backend reports them ended, except GPUs that a start in the same
     cycle was already given (``decide`` counts a victim's GPUs as free at once).
+    ``preemptions`` (tenant -> times in the last hour) and ``demand`` are the core state
+    that must outlive one cycle; the driver keeps them (the store, a ``DemandTracker``).
     """
-    state = SchedulerState(topo, policy, quotas)
+    state = SchedulerState(topo, policy, quotas, demand)
+    state.restore_preemptions(preemptions or {})
     for node in unusable_nodes:
         if node in topo.by_name:
             state.set_node_usable(topo.by_name[node], False)
@@ -146,5 +175,5 @@ def _free(cap: FreeCapacity, placement: Placement) -> bool:
     return True
 
 
-__all__ = ["GangNode", "JobCompileError", "JobCompiler", "build_state", "nodes_to_placement",
+__all__ = ["DemandTracker", "GangNode", "JobCompileError", "JobCompiler", "build_state", "nodes_to_placement",
            "placement_to_nodes"]

@@ -48,6 +48,9 @@ rented for twice.
 **What to return** (``plan_releases``): a provisioned node of a non-committed
 offer that has held no job for ``idle_release_s``. Reserved (1y/3y) nodes are
 paid whether used or not, so they are never released.
+
+**Effects** (``SetNodesUsable``, ``RouteJob``): what the drivers' adapters return for the
+driver to carry out on its ``SchedulerState``, so that no adapter holds its driver.
 """
 
 from __future__ import annotations
@@ -422,3 +425,36 @@ def plan_releases(plan: BurstPlan, fleet: CloudFleet, now: float) -> list[Releas
         if idle:
             out.append(ReleaseNodes(offer.name, idle))
     return out
+
+
+# --------------------------------------------------------------------------- effects on a state
+# The drivers' adapters (``grace.sim.bursting``, ``grace.control.bursting``) never touch the
+# driver that calls them: they return effects, and the driver carries them out. These two
+# change only a ``SchedulerState``, so both drivers apply them the same way; each adapter
+# adds the few effects of its own (a twin event, a live preemption).
+@dataclass(frozen=True, slots=True)
+class SetNodesUsable:
+    """Open or close these nodes (topology indices) to placement: a rented node is placed
+    on only while it is provisioned, never before it is ready or after it went back."""
+
+    nodes: tuple[int, ...]
+    usable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RouteJob:
+    """Give a waiting job these pools: its owned routed pools when it arrives, its rented
+    ones too once the policy bursts it (``BurstJob``)."""
+
+    job_id: JobId
+    pools: tuple[str, ...]
+
+
+def requeue_with_pools(state: SchedulerState, job_id: JobId, pools: tuple[str, ...]) -> None:
+    """Carry out a ``RouteJob``: withdraw the waiting job, set its pools and queue it again,
+    since pools are part of its shape (the queue a job sits in is keyed by shape)."""
+    job = state.withdraw(job_id)
+    job.pools = pools
+    job.shape = ()
+    job.__post_init__()
+    state.submit(job)

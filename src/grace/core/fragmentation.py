@@ -115,6 +115,18 @@ class DemandModel:
         return sorted((k, w / total) for k, w in self.weights.items())
 
 
+def gpu_units(job: PendingJob, units: int) -> int:
+    """A request's size in slice units (a whole GPU is ``units``), as the mix counts it."""
+    if job.whole is not None:
+        return job.whole.count * units
+    return min((s.compute for s in job.slices.values()), default=0)
+
+
+def observe_arrival(demand: DemandModel, job: PendingJob, units: int) -> None:
+    """Count a submitted job in ``demand`` (what ``FragmentationIndex.observe`` does)."""
+    demand.observe(gpu_units(job, units), job.cpu_milli, job.memory_mib)
+
+
 class FragmentationIndex:
     """Ranks one-node placements by the usable capacity they destroy; see the module doc."""
 
@@ -169,7 +181,7 @@ class FragmentationIndex:
     # ------------------------------------------------------------------ what the scheduler tells it
     def observe(self, job: PendingJob) -> None:
         """A request was submitted: count it in the mix."""
-        self.demand.observe(self._gpu_units(job), job.cpu_milli, job.memory_mib)
+        observe_arrival(self.demand, job, self.units)
 
     def host_take(self, job: PendingJob, placement: Placement) -> None:
         """A job started: its host CPU and memory are in use on its nodes until ``host_give``."""
@@ -197,9 +209,7 @@ class FragmentationIndex:
             self._dirty_host.add(x)
 
     def _gpu_units(self, job: PendingJob) -> int:
-        if job.whole is not None:
-            return job.whole.count * self.units
-        return min((s.compute for s in job.slices.values()), default=0)
+        return gpu_units(job, self.units)
 
     # ------------------------------------------------------------------ placement
     def place(self, job: PendingJob, groups: list[tuple[str, GroupIndex]]) -> Placement | None:

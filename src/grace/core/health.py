@@ -260,10 +260,16 @@ class Transition:
 # ----------------------------------------------------------------- decisions
 @dataclass(frozen=True, slots=True)
 class RestartJobs:
-    """Restart the node's jobs from their last checkpoint (elsewhere, if it is cordoned)."""
+    """Restart the node's jobs from their last checkpoint (elsewhere, if it is cordoned).
+
+    ``node_at_fault``: this signal drained the node, so its jobs failed because of the
+    node (``FailureKind.NODE``: not held against their budget, the node excluded);
+    otherwise the failure is the application's.
+    """
 
     node: str
     reason: str
+    node_at_fault: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +359,28 @@ class _Node:
     lemon: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class NodeHealthRecord:
+    """All a monitor remembers of one node besides its history: what a driver that
+    does not live as long as the cluster (a control plane that restarts) persists
+    and gives back to ``HealthMonitor.restore``."""
+
+    state: NodeState = NodeState.HEALTHY
+    holder: str | None = None
+    reset: bool = False
+    failures: tuple[float, ...] = ()  # times of failures counted toward the lemon rule
+    lemon: bool = False
+    deferred: bool = False  # a drain the open breaker held back
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerRecord:
+    """The breaker's memory: open or not, and Grace's automatic drains still in its window."""
+
+    open: bool = False
+    auto_drains: tuple[float, ...] = ()
+
+
 class HealthMonitor:
     """Turns signals and driver reports into decisions; the driver owns and applies them."""
 
@@ -366,6 +394,36 @@ class HealthMonitor:
         self._deferred: list[str] = []
         self.breaker_open = False
         self.breaker_log: list[tuple[float, str, str]] = []  # (at, actor, what)
+
+    # ------------------------------------------------------------- persistence
+    @classmethod
+    def restore(cls, records: Mapping[str, NodeHealthRecord], breaker_state: BreakerRecord,
+                table: HealthTable | None = None, breaker: BreakerConfig | None = None,
+                lemons: LemonConfig | None = None) -> HealthMonitor:
+        """A monitor that remembers what ``records``/``breaker_state`` say (its history
+        starts empty: the driver keeps the old one). ``restore(m.records(), m.breaker_record())``
+        decides exactly as ``m`` would."""
+        monitor = cls(records, table, breaker, lemons)
+        for name, r in records.items():
+            rec = monitor._nodes[name]
+            rec.state, rec.holder, rec.reset, rec.lemon = r.state, r.holder, r.reset, r.lemon
+            rec.failures = deque(sorted(r.failures))
+            if r.deferred:
+                monitor._deferred.append(name)
+        monitor.breaker_open = breaker_state.open
+        monitor._auto_drains = deque(sorted(breaker_state.auto_drains))
+        return monitor
+
+    def record(self, node: str) -> NodeHealthRecord:
+        rec = self._rec(node)
+        return NodeHealthRecord(rec.state, rec.holder, rec.reset, tuple(rec.failures), rec.lemon,
+                                node in self._deferred)
+
+    def records(self) -> dict[str, NodeHealthRecord]:
+        return {n: self.record(n) for n in self._nodes}
+
+    def breaker_record(self) -> BreakerRecord:
+        return BreakerRecord(self.breaker_open, tuple(self._auto_drains))
 
     # ------------------------------------------------------------- queries
     def state(self, node: str) -> NodeState:
@@ -428,7 +486,7 @@ class HealthMonitor:
             reset = rule.action is Action.DRAIN_AND_RESET
             self._move(node, NodeState.DRAINING, now, what, GRACE)
             rec.holder, rec.reset = GRACE, reset
-            out += [DrainNode(node, what, reset), RestartJobs(node, what)]
+            out += [DrainNode(node, what, reset), RestartJobs(node, what, node_at_fault=True)]
         if counts:
             out += self._count_failure(node, now)
         return out

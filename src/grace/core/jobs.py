@@ -7,7 +7,7 @@ so the scheduling loop does no spec parsing, unit conversion or catalog lookup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NewType
 
 from grace.core.capacity import Placement
@@ -53,6 +53,22 @@ class PendingJob:
                 tuple(sorted((m, s.compute, s.memory) for m, s in self.slices.items())),
                 self.models, self.allow_mixed, self.exclude_nodes, self.pools, self.preemptible,
             )
+
+    def reshaped(self, **changes: object) -> PendingJob:
+        """A copy with ``changes`` applied and its queue shape derived again.
+
+        Every field that places a job differently (excluded nodes, pools, models)
+        is part of ``shape``; a copy that kept the old shape would queue with jobs
+        that place differently. Drivers change a job only through this.
+        """
+        return replace(self, shape=(), **changes)  # type: ignore[arg-type]
+
+    def update(self, **changes: object) -> None:
+        """``reshaped`` in place, for a job no queue holds (withdraw it first)."""
+        for name, value in changes.items():
+            setattr(self, name, value)
+        self.shape = ()
+        self.__post_init__()
 
     @property
     def gpu_equivalents(self) -> float:

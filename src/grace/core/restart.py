@@ -10,7 +10,7 @@ without committing a new checkpoint exhausts its restart budget.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 from grace.core.jobs import PendingJob
@@ -55,9 +55,19 @@ class FailedAttempt:
 
 @dataclass(frozen=True)
 class RestartDecision:
+    """What the driver records, whatever the verdict: core owns all of the bookkeeping.
+
+    ``restarts`` and ``stalled_restarts`` are the job's new counters (the driver
+    stores them as they are, never recomputes them); ``exclude_node`` is the node
+    the job must now avoid, if any.
+    """
+
     verdict: RestartVerdict
     reason: str
     job: PendingJob | None = None  # the job to queue again, when restarting
+    restarts: int = 0
+    stalled_restarts: int = 0
+    exclude_node: int | None = None
 
 
 def on_failure(job: PendingJob, attempt: FailedAttempt,
@@ -77,12 +87,12 @@ def on_failure(job: PendingJob, attempt: FailedAttempt,
         return RestartDecision(
             RestartVerdict.GIVE_UP_BUDGET,
             f"failed {stalled} times in a row without committing a checkpoint; stopped so "
-            "it burns no more GPU-hours (resubmit after fixing the cause)")
-    exclude = job.exclude_nodes
-    if policy.exclude_failed_node and attempt.node is not None and attempt.kind in (
-            FailureKind.NODE, FailureKind.HANG):
-        exclude = exclude | {attempt.node}
-    again = replace(job, exclude_nodes=exclude, shape=())
-    again.restarts = job.restarts + 1
+            "it burns no more GPU-hours (resubmit after fixing the cause)",
+            restarts=job.restarts, stalled_restarts=stalled)
+    blamed = attempt.node if (policy.exclude_failed_node and attempt.node is not None
+                              and attempt.kind in (FailureKind.NODE, FailureKind.HANG)) else None
+    exclude = job.exclude_nodes | {blamed} if blamed is not None else job.exclude_nodes
+    again = job.reshaped(exclude_nodes=exclude, restarts=job.restarts + 1)
     return RestartDecision(RestartVerdict.RESTART, f"{attempt.kind} failure; resuming from the "
-                           "last committed checkpoint", again)
+                           "last committed checkpoint", again, restarts=again.restarts,
+                           stalled_restarts=stalled, exclude_node=blamed)

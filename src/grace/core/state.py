@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from grace.core.capacity import FreeCapacity, GroupIndex, Placement
 from grace.core.decisions import DecideResult
-from grace.core.fragmentation import FragmentationIndex
+from grace.core.fragmentation import DemandModel, FragmentationIndex
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import UNLIMITED, TenantQuota
@@ -37,13 +37,19 @@ class SchedulerState:
     """Everything the policy engine needs for one cycle, kept incrementally."""
 
     def __init__(self, topo: Topology, policy: QueuePolicy,
-                 quotas: dict[str, TenantQuota] | None = None) -> None:
+                 quotas: dict[str, TenantQuota] | None = None,
+                 demand: DemandModel | None = None) -> None:
+        """``demand``: the request mix fragmentation-aware packing scores with, when the
+        driver keeps it across states (live rebuilds a state every cycle, so it observes
+        each arrival once itself); None: this state observes what is submitted to it,
+        as the twin's one state for a whole replay does."""
         self.topo = topo
         self.policy = policy
         self.capacity = FreeCapacity(topo)
         # fragmentation-aware packing: the request mix and host use it scores with
-        self.packer = (FragmentationIndex(self.capacity)
+        self.packer = (FragmentationIndex(self.capacity, demand)
                        if policy.packing == "fragmentation" else None)
+        self.observes_arrivals = demand is None
         self.quotas: dict[str, TenantQuota] = dict(quotas or {})
         self.pending: dict[JobId, PendingJob] = {}
         self.running: dict[JobId, RunningJob] = {}
@@ -94,7 +100,7 @@ class SchedulerState:
         if job.id in self.pending or job.id in self.running:
             raise ValueError(f"job {job.id} is already known to the scheduler")
         self.pending[job.id] = job
-        if self.packer is not None and not job.restarts:
+        if self.packer is not None and self.observes_arrivals and not job.restarts:
             self.packer.observe(job)
         qk = (job.tenant, job.shape)
         key = self._static_key(job)
@@ -177,6 +183,11 @@ class SchedulerState:
         while times and times[0] <= now - 3600.0:
             times.popleft()  # pruned by the driver, never by decide
         times.append(now)
+
+    def restore_preemptions(self, history: dict[str, list[float]]) -> None:
+        """Preemption times a driver kept (live: the store's events), oldest first."""
+        for tenant, times in history.items():
+            self.tenant_usage(tenant).preemption_times = deque(sorted(times))
 
     def preemption_budget_left(self, tenant: str, now: float) -> int:
         """Preemptions the tenant may still take in the hour up to ``now`` (read-only)."""

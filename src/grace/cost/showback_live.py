@@ -38,8 +38,7 @@ def _step_of(checkpoint: str | None) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _progress(state_dir: Path, job_id: int, number: int) -> list[dict[str, Any]]:
-    adir = state_dir / "jobs" / str(job_id) / f"attempt-{number}"
+def _progress(adir: Path) -> list[dict[str, Any]]:
     out = []
     for f in sorted(adir.glob("progress-rank*.json")) if adir.is_dir() else []:
         try:
@@ -89,6 +88,10 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
     the rate of its first node's pool."""
     jobs = session.scalars(select(Job).where((Job.ended_at.is_(None)) | (Job.ended_at >= since))
                            .order_by(Job.id)).all()
+    from grace.control.live.context import JobDirs
+    from grace.control.store.repository import store_id
+
+    dirs = JobDirs(state_dir, store_id(session))
     out = []
     for job in jobs:
         attempts = list(job.attempts)
@@ -104,7 +107,7 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
             if held_h <= 0:
                 continue
             gpu_h = held_h * a.gpus
-            records = _progress(state_dir, job.id, a.number)
+            records = _progress(dirs.attempt(job.id, a.number))
             lost = lost_share(a, attempts[i + 1] if i + 1 < len(attempts) else None, records)
             w, c = phase_shares(records)
             alloc += gpu_h

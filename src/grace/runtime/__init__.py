@@ -26,12 +26,16 @@ exit 143). ``docs/runtime.md`` is the user's guide.
 
 torch is imported by :func:`init`, not by this package, so ``import grace`` and
 ``import grace.runtime`` work without it.
+
+``resume`` refuses another job's checkpoint (``ForeignCheckpointError``, a
+``CheckpointError``): every manifest records ``GRACE_JOB_UID``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from grace.runtime.checkpoint import CheckpointError, ForeignCheckpointError
 from grace.runtime.config import RuntimeEnv
 from grace.runtime.divergence import DIVERGED_EXIT_CODE, Diverged, DivergenceGuard
 from grace.runtime.session import Runtime, save_params
@@ -40,8 +44,10 @@ from grace.runtime.signals import PREEMPTED_EXIT_CODE, Preempted
 __all__ = [
     "DIVERGED_EXIT_CODE",
     "PREEMPTED_EXIT_CODE",
+    "CheckpointError",
     "Diverged",
     "DivergenceGuard",
+    "ForeignCheckpointError",
     "Preempted",
     "Runtime",
     "RuntimeEnv",

@@ -6,7 +6,7 @@ Layout under the checkpoint root (``$GRACE_CHECKPOINT_DIR``)::
         .metadata              DCP's plan (rank 0)
         __0_0.distcp           rank 0's shard: its slice of model and optimizer,
         __1_0.distcp           and its own pickled rank state (RNG, data position)
-        MANIFEST.json          step, world size, size and sha256 of every file
+        MANIFEST.json          step, world size, job_uid, size and sha256 of every file
     .staging/step-000000130-a1-7/   a save in progress (never read)
     .corrupt/step-000000110/   a checkpoint that failed verification, set aside
 
@@ -36,6 +36,18 @@ Resume walks the committed checkpoints newest first; every rank verifies its
 share of the files (sizes for all, sha256 for every world_size-th file) and the
 first one that verifies everywhere is loaded. One that does not is moved to
 ``.corrupt/`` by rank 0 and the one before it is tried.
+
+Ownership: every manifest records the ``job_uid`` of the job that wrote it
+(``GRACE_JOB_UID``, ``<store_id>:<job_id>``; null outside Grace). A job id alone
+is only unique within one control-plane store, so a fresh store's job 1 could
+otherwise "resume" an old store's job 1 and finish without training. Before
+verifying anything, resume reads the manifests of every committed checkpoint
+and, if one names another job, raises :class:`ForeignCheckpointError` on every
+rank without loading, quarantining or deleting anything: a directory holding
+another job's checkpoint is a misconfiguration to fix, not something to train
+over from step 0. A manifest without a ``job_uid`` (written before it was
+recorded, or outside Grace) is accepted, with a warning when this job has one;
+a run without ``GRACE_JOB_UID`` accepts any checkpoint, as before.
 
 Collectives run on a process group of their own (gloo), never the training
 one: the background thread's collectives must not interleave with DDP's.
@@ -67,6 +79,40 @@ _CHUNK = 8 << 20
 
 # DCP warns on every save and load of a single process that it assumes one; we pass no_dist on purpose.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint problem that must stop the run rather than be worked around.
+
+    Corrupt checkpoints are not among them: resume sets those aside and falls
+    back to an older one. These are errors a person has to fix.
+    """
+
+
+class ForeignCheckpointError(CheckpointError):
+    """The checkpoint directory holds a checkpoint written by another job.
+
+    Raised by resume on every rank (so none hangs in a collective waiting for
+    the others), before anything is loaded or moved. Uncaught, it ends the
+    training process with exit code 1 and the message on stderr, which is where
+    the control plane's logs pick it up.
+    """
+
+    def __init__(self, path: Path, owner: str, job_uid: str) -> None:
+        self.path = Path(path)
+        self.owner = owner
+        self.job_uid = job_uid
+        super().__init__(
+            f"checkpoint {self.path} belongs to job {owner}, not to this job {job_uid}; "
+            f"refusing to resume from it (and not starting from step 0 over it either): point "
+            f"GRACE_CHECKPOINT_DIR at this job's own directory, or delete {self.path} if it is stale"
+        )
+
+
+def manifest_job_uid(manifest: dict[str, Any]) -> str | None:
+    """The job that wrote a checkpoint; None if its manifest does not say (older, or outside Grace)."""
+    uid = manifest.get("job_uid")
+    return None if uid is None or uid == "" else str(uid)
 
 
 def step_dirname(step: int) -> str:
@@ -299,6 +345,7 @@ class Checkpointer:
     ``pg`` is the checkpoint process group (None without torch.distributed).
     The per-rank blob (``rank_state``) carries what differs between ranks: RNG
     states and the data position; it is stored under ``rank_state/<rank>``.
+    ``job_uid`` is written into every manifest and checked by :meth:`load_latest`.
     """
 
     def __init__(
@@ -315,6 +362,7 @@ class Checkpointer:
         meta: dict[str, Any] | None = None,
         log: Callable[[str], None] | None = None,
         cache_staging: bool = True,
+        job_uid: str | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
@@ -327,6 +375,7 @@ class Checkpointer:
         self.keep = keep
         self.attempt = attempt
         self.meta = dict(meta or {})
+        self.job_uid = job_uid or None
         self.log = log or (lambda msg: print(f"grace.runtime: {msg}", file=sys.stderr, flush=True))
         self._seq = 0
         self._stager = _cached_stager() if cache_staging else None
@@ -522,6 +571,7 @@ class Checkpointer:
                 "block_s": round(job.block_s, 6),
                 "save_s": round(time.monotonic() - job.started, 6),
                 "files": dict(sorted(files.items())),
+                "job_uid": self.job_uid,
                 **self.meta,
             }
             with open(job.tmp / MANIFEST, "w") as f:
@@ -551,10 +601,22 @@ class Checkpointer:
 
         The blob is None when the checkpoint was written by another world size
         and has none for this rank (the model and optimizer still load, resharded).
+        Raises :class:`ForeignCheckpointError` on every rank if any committed
+        checkpoint names another job (see the module docstring).
         """
         import torch.distributed.checkpoint as dcp
 
-        candidates = self.group.from_rank0([str(p) for _, p in reversed(committed(self.root))])
+        # Rank 0 lists and judges ownership; everyone acts on its answer, so all ranks raise together.
+        listing: tuple[list[str], tuple[str, str, str] | None] = ([], None)
+        if self.rank == 0:
+            paths = [p for _, p in reversed(committed(self.root))]
+            listing = ([str(p) for p in paths], self._foreign(paths))
+        candidates, foreign = self.group.from_rank0(listing)
+        if foreign is not None:
+            err = ForeignCheckpointError(Path(foreign[0]), foreign[1], foreign[2])
+            if self.rank == 0:
+                self.log(str(err))
+            raise err
         for path_s in candidates:
             path = Path(path_s)
             reason = verify(path, (self.rank, self.world_size))
@@ -566,6 +628,8 @@ class Checkpointer:
                         quarantine(self.root, path)
                 continue
             manifest = read_manifest(path) or {}
+            if self.rank == 0:
+                self._note_owner(path, manifest_job_uid(manifest))
             reader = dcp.FileSystemReader(path)
             keys = reader.read_metadata().state_dict_metadata
             state = self._state_dict()
@@ -583,3 +647,33 @@ class Checkpointer:
             self.last_committed = step
             return step, state.get(key)
         return None
+
+    def _foreign(self, paths: Sequence[Path]) -> tuple[str, str, str] | None:
+        """(path, owner, this job's uid) of the newest checkpoint whose manifest names another job, else None.
+
+        Every committed one is checked, not only the one resume would load: a
+        directory holding another job's checkpoint is misconfigured whichever
+        step is newest, and this job's saves would prune that job's files. An
+        unreadable manifest is left to verification (quarantine) as before.
+        """
+        if self.job_uid is None:
+            return None
+        for path in paths:
+            manifest = read_manifest(path)
+            owner = None if manifest is None else manifest_job_uid(manifest)
+            if owner is not None and owner != self.job_uid:
+                return str(path), owner, self.job_uid
+        return None
+
+    def _note_owner(self, path: Path, owner: str | None) -> None:
+        """Say so when the checkpoint about to be loaded cannot be tied to this job."""
+        if self.job_uid is not None and owner is None:
+            self.log(
+                f"warning: checkpoint {path} records no job_uid (written before Grace recorded one, or "
+                f"outside Grace); resuming from it as this job's ({self.job_uid})"
+            )
+        elif self.job_uid is None and owner is not None:
+            self.log(
+                f"checkpoint {path} was written by job {owner}; this run has no GRACE_JOB_UID, "
+                "so whose it is goes unchecked"
+            )

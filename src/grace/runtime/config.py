@@ -1,11 +1,17 @@
 """Where a job runs and what the control plane asked of it, read from the environment.
 
-Under Grace the backend sets ``GRACE_JOB_ID``, ``GRACE_ATTEMPT``, ``GRACE_NODE``,
-``GRACE_WORKDIR`` and ``GRACE_CHECKPOINT_DIR``; the reconciler adds
+Under Grace the backend sets ``GRACE_JOB_ID``, ``GRACE_JOB_UID``, ``GRACE_ATTEMPT``,
+``GRACE_NODE``, ``GRACE_WORKDIR`` and ``GRACE_CHECKPOINT_DIR``; the reconciler adds
 ``GRACE_CHECKPOINT_INTERVAL_S`` (its Young/Daly interval), and torchrun sets
 ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``. Outside Grace every one of them has a
 default, so the same script also runs on a laptop: attempt 1, workdir
 ``./grace-run``, no control plane to report to.
+
+``GRACE_JOB_UID`` (``<store_id>:<job_id>``) exists because ``GRACE_JOB_ID`` is
+only unique within one control-plane store: a fresh store numbers its jobs
+from 1 again. The uid is written into every checkpoint manifest and checked on
+resume, so a job never resumes from another job's checkpoint (see
+``grace.runtime.checkpoint``). The runtime treats it as an opaque string.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ class RuntimeEnv:
     checkpoint_dir: Path
     interval_s: float | None  # the control plane's checkpoint interval, if it gave one
     url: str | None  # where heartbeats go; None: only the local jsonl files
+    # Unique across control-plane stores; None outside Grace (or under a control plane that
+    # predates it). Last, with a default, so code that builds a RuntimeEnv by hand keeps working.
+    job_uid: str | None = None
 
     @property
     def attempt_dir(self) -> Path:
@@ -60,4 +69,5 @@ class RuntimeEnv:
             checkpoint_dir=Path(ckpt).resolve() if ckpt else workdir / "checkpoints",
             interval_s=float(interval) if interval else None,
             url=url.rstrip("/") if url and job_id else None,
+            job_uid=(env.get("GRACE_JOB_UID") or "").strip() or None,
         )

@@ -108,6 +108,7 @@ class Runtime:
             meta={"job_id": self.env.job_id},
             log=_log,
             cache_staging=cache_staging,
+            job_uid=self.env.job_uid,
         )
         if self.rank == 0:
             ckpt.clean_staging(self.env.checkpoint_dir)
@@ -152,8 +153,21 @@ class Runtime:
         return self.timers.phase(name)
 
     def resume(self) -> int:
-        """Load the newest checkpoint that verifies; returns the first step to run (1 if none)."""
-        found = self.checkpointer.load_latest()
+        """Load the newest checkpoint that verifies; returns the first step to run (1 if none).
+
+        Raises :class:`~grace.runtime.checkpoint.ForeignCheckpointError` (on every
+        rank) when the checkpoint directory holds another job's checkpoint.
+        The runtime shuts down its heartbeat thread and SIGTERM handler first and
+        lets the error propagate: uncaught, it ends the process with exit code 1
+        and the message on stderr, so the misconfiguration shows up in the
+        control plane's logs instead of a run that trains from step 0 over it.
+        """
+        try:
+            found = self.checkpointer.load_latest()
+        except ckpt.CheckpointError:
+            self._finished = True
+            self._close()
+            raise
         if found is None:
             self.step = 0
         else:

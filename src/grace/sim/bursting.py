@@ -16,6 +16,11 @@ restart path as hardware failures, paying ``restart_s`` on the next attempt.
 Spend accrues per provisioned node-hour at the offer's price (whole nodes,
 from ready to released). Idle time is noticed after each cycle, and a node
 still provisioned when the replay ends is billed until its idle timeout.
+
+``TwinCloud`` is given data (the ``SchedulerState``, the cycle's ``DecideResult``, the
+simulation's node -> jobs mapping) and returns ``TwinEffect``s; ``Simulation`` applies
+them (``_apply_cloud_effects``). So this module imports neither the engine nor its
+metrics, and the engine's private methods stay its own.
 """
 
 from __future__ import annotations
@@ -23,16 +28,18 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grace.core.bursting import (
-    BurstJob,
     BurstPlan,
     CloudFleet,
     JobTraits,
     ProvisionNodes,
     ReleaseNodes,
+    RouteJob,
+    SetNodesUsable,
     held_back,
     plan_bursts,
     plan_releases,
@@ -40,16 +47,45 @@ from grace.core.bursting import (
 )
 from grace.core.decisions import DecideResult
 from grace.core.jobs import JobId, PendingJob
-from grace.core.restart import FailureKind
+from grace.core.state import SchedulerState
 from grace.core.topology import Topology
-from grace.sim.events import EventKind
 from grace.spec.bursting import BurstingSpec, OfferSpec
 from grace.spec.cluster import ClusterSpec, PoolKind
 
-if TYPE_CHECKING:
-    from grace.sim.engine import SimJob, Simulation
-
 _READY, _PREEMPT = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Run a scheduling cycle at ``at``: a node becomes ready, a spot node may be
+    preempted, or an idle node reaches its release time, and only a cycle notices."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptSpot:
+    """The cloud took spot node ``node`` back: the jobs on it that still run fail with
+    ``FailureKind.PREEMPTED`` (a gang on two preempted nodes fails once)."""
+
+    node: int
+    job_ids: tuple[JobId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CountRentedGpus:
+    """GPUs held on rented nodes after this cycle: ``gpu_allocation`` is the owned
+    cluster's, so the metrics leave these out."""
+
+    gpus: float
+
+
+#: What ``TwinCloud`` asks the simulation to do (a closed set; ``Simulation`` applies them
+#: in order, and the order is the one the adapter's own bookkeeping assumed).
+TwinEffect = SetNodesUsable | RouteJob | WakeAt | PreemptSpot | CountRentedGpus
+
+#: Which jobs hold each node: the simulation's ``node_jobs``.
+NodeJobs = Mapping[int, Collection[JobId]]
 
 
 def pool_kinds_of(cluster: ClusterSpec) -> dict[str, PoolKind]:
@@ -85,7 +121,12 @@ class CloudLedger:
 
 
 class TwinCloud:
-    """The twin's side of bursting: provisioning delays, preemptions, billing."""
+    """The twin's side of bursting: provisioning delays, preemptions, billing.
+
+    It keeps its own books (fleet, leases, timers, ledger) and reads the simulation's
+    state only through what each call is given; everything that changes the replay comes
+    back as ``TwinEffect``s for the simulation to apply, so this module never imports
+    the engine (nor the engine's metrics)."""
 
     def __init__(self, spec: BurstingSpec, topo: Topology, pool_kinds: dict[str, PoolKind],
                  seed: int) -> None:
@@ -108,123 +149,123 @@ class TwinCloud:
         self.restart_due: set[JobId] = set()  # jobs whose next attempt pays restart_s
 
     # ----------------------------------------------------------------- set-up
-    def unprovision_all(self, sim: Simulation) -> None:
-        for n in self.node_offer:
-            sim.state.set_node_usable(n, False)
+    def unprovision_all(self) -> list[TwinEffect]:
+        """Every offer node starts unprovisioned: closed to placement until rented."""
+        return [SetNodesUsable(tuple(self.node_offer), False)]
 
     def route(self, job: PendingJob, traits: JobTraits | None = None) -> tuple[str, ...]:
         """The pools a job starts with: owned ones, until the policy bursts it."""
         return held_back(self.plan, route(self.plan, job, traits or JobTraits()))
 
-    def plan_for(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
+    def plan_for(self, job_id: JobId, slowdown: float) -> tuple[float, float, float, float]:
         """The attempt plan when only spot preemptions fail jobs: checkpoints every
         ``checkpoint_interval_s`` (asynchronous, so free), restart cost after a preemption."""
-        restart = self.spec.restart_s if job.pending.id in self.restart_due else 0.0
-        self.restart_due.discard(job.pending.id)
+        restart = self.spec.restart_s if job_id in self.restart_due else 0.0
+        self.restart_due.discard(job_id)
         return (restart, slowdown, self.spec.checkpoint_interval_s, 0.0)
 
     # ----------------------------------------------------------------- timers
-    def _timer(self, sim: Simulation, at: float, kind: int, node: int) -> None:
+    def _timer(self, at: float, kind: int, node: int) -> WakeAt:
         self._seq += 1
         heapq.heappush(self._timers, (at, kind, self._seq, node, self.lease.get(node, 0)))
-        sim.events.push(at, EventKind.WAKE)
+        return WakeAt(at)
 
-    def due(self, sim: Simulation, now: float) -> None:
-        """Nodes that became ready and spot nodes preempted up to ``now``; before the cycle."""
+    def due(self, now: float, node_jobs: NodeJobs) -> list[TwinEffect]:
+        """Nodes that became ready and spot nodes preempted up to ``now``; before the cycle.
+        ``node_jobs`` is read as it stands before any of the returned effects is applied."""
+        out: list[TwinEffect] = []
         while self._timers and self._timers[0][0] <= now:
             _, kind, _, node, lease = heapq.heappop(self._timers)
             if lease != self.lease.get(node, 0):
                 continue
             if kind == _READY:
-                self._ready(sim, node, now)
+                self._ready(node, now, out)
             elif node in self.fleet.ready:
-                self._preempt(sim, node, now)
+                self._preempt(node, now, node_jobs, out)
+        return out
 
-    def _ready(self, sim: Simulation, node: int, now: float) -> None:
+    def _ready(self, node: int, now: float, out: list[TwinEffect]) -> None:
         offer = self.node_offer[node]
         self.coming.discard(node)
         self.fleet.provisioning[offer.pool_name] -= 1
         self.fleet.ready[node] = now
         self.ready_at[node] = now
-        sim.state.set_node_usable(node, True)
-        self._idle_timer(sim, node, now)
+        out.append(SetNodesUsable((node,), True))
+        out.append(self._idle_timer(now))
         if offer.preemptions_per_hour > 0:
             wait = self.rng.expovariate(offer.preemptions_per_hour / 3600.0)
-            self._timer(sim, now + wait, _PREEMPT, node)
+            out.append(self._timer(now + wait, _PREEMPT, node))
 
-    def _preempt(self, sim: Simulation, node: int, now: float) -> None:
+    def _preempt(self, node: int, now: float, node_jobs: NodeJobs, out: list[TwinEffect]) -> None:
+        """Its jobs pay ``restart_s`` on their next attempt; the simulation fails those that
+        still run when it applies ``PreemptSpot`` (all of them, unless an earlier preemption
+        in the same ``due`` already failed a gang that spans both nodes)."""
         self.ledger.spot_preemptions += 1
-        for jid in sorted(sim.node_jobs.get(node, ())):
-            job = sim.jobs[jid]
-            if job.outcome == "running":
-                self.restart_due.add(jid)
-                sim._job_failed(job, node, FailureKind.PREEMPTED, now)
-        self._unprovision(sim, node, now)
+        jobs = tuple(sorted(node_jobs.get(node, ())))
+        self.restart_due.update(jobs)
+        out.append(PreemptSpot(node, jobs))
+        self._unprovision(node, now, out)
 
-    def _unprovision(self, sim: Simulation, node: int, now: float) -> None:
+    def _unprovision(self, node: int, now: float, out: list[TwinEffect]) -> None:
         self.ledger.bill(self.node_offer[node], now - self.ready_at.pop(node))
         del self.fleet.ready[node]
         self.lease[node] = self.lease.get(node, 0) + 1
-        sim.state.set_node_usable(node, False)
+        out.append(SetNodesUsable((node,), False))
 
-    def _idle_timer(self, sim: Simulation, node: int, now: float) -> None:
-        sim.events.push(now + self.spec.idle_release_s, EventKind.WAKE)
+    def _idle_timer(self, now: float) -> WakeAt:
+        return WakeAt(now + self.spec.idle_release_s)
 
     # ----------------------------------------------------------------- each cycle
-    def after_cycle(self, sim: Simulation, now: float, result: DecideResult) -> None:
+    def after_cycle(self, state: SchedulerState, now: float, result: DecideResult,
+                    node_jobs: NodeJobs) -> list[TwinEffect]:
         """Track idle nodes and the GPUs they hold; release; and, every check interval,
-        ask the policy what to rent."""
+        ask the policy what to rent. ``state`` and ``node_jobs`` are read as they stand
+        after the cycle's decisions, before any of the returned effects is applied."""
+        out: list[TwinEffect] = []
         fleet = self.fleet
         allocated = 0.0
-        cap = sim.state.capacity
+        cap = state.capacity
         for node in fleet.ready:
-            held = sim.node_jobs.get(node)
+            held = node_jobs.get(node)
             allocated += self.topo.nodes[node].gpus - cap.free_count[node]
             if held:
                 fleet.ready[node] = None
                 self.ledger.burst_jobs.update(held)
             elif fleet.ready[node] is None:
                 fleet.ready[node] = now
-                self._idle_timer(sim, node, now)
+                out.append(self._idle_timer(now))
         self.allocated = allocated
-        sim.metrics.rented_gpus = allocated
+        out.append(CountRentedGpus(allocated))
         if fleet.ready:
             for rel in plan_releases(self.plan, fleet, now):
-                self.release(sim, rel, now)
-        if self.spec.enabled and sim.state.pending and now >= self.next_check:
+                self.release(rel, now, node_jobs, out)
+        if self.spec.enabled and state.pending and now >= self.next_check:
             self.next_check = now + self.spec.check_interval_s
-            decisions = plan_bursts(sim.state, self.plan, fleet, result.reason_for, now)
-            for b in decisions.burst:
-                self.burst(sim, b)
+            # closing released nodes first would not change this: the policy counts free
+            # GPUs only on ready rented nodes, and owned capacity only on owned pools
+            decisions = plan_bursts(state, self.plan, fleet, result.reason_for, now)
+            out.extend(RouteJob(b.job_id, b.pools) for b in decisions.burst)
             for p in decisions.provision:
-                self.provision(sim, p, now)
+                self.provision(p, now, out)
+        return out
 
-    @staticmethod
-    def burst(sim: Simulation, b: BurstJob) -> None:
-        """The job may use rented pools now; queued again since pools are part of its shape."""
-        state = sim.state
-        job = state.withdraw(b.job_id)
-        job.pools = b.pools
-        job.shape = ()
-        job.__post_init__()
-        state.submit(job)
-
-    def provision(self, sim: Simulation, p: ProvisionNodes, now: float) -> None:
+    def provision(self, p: ProvisionNodes, now: float, out: list[TwinEffect]) -> None:
         offer = next(o for o in self.plan.offers.values() if o.name == p.offer)
         free = [n for n in self.plan.offer_nodes(offer)
                 if n not in self.fleet.ready and n not in self.coming][:p.count]
         for n in free:
             self.coming.add(n)
             self.lease[n] = self.lease.get(n, 0) + 1
-            self._timer(sim, now + offer.provisioning_delay_s, _READY, n)
+            out.append(self._timer(now + offer.provisioning_delay_s, _READY, n))
         self.fleet.provisioning[offer.pool_name] = \
             self.fleet.provisioning.get(offer.pool_name, 0) + len(free)
         self.ledger.nodes_provisioned += len(free)
 
-    def release(self, sim: Simulation, rel: ReleaseNodes, now: float) -> None:
+    def release(self, rel: ReleaseNodes, now: float, node_jobs: NodeJobs,
+                out: list[TwinEffect]) -> None:
         for n in rel.nodes:
-            if n in self.fleet.ready and not sim.node_jobs.get(n):
-                self._unprovision(sim, n, now)
+            if n in self.fleet.ready and not node_jobs.get(n):
+                self._unprovision(n, now, out)
 
     # ----------------------------------------------------------------- end
     def finish(self, end_s: float) -> dict[str, Any]:

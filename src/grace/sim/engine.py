@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
 from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
 from grace.core.health import (
@@ -37,7 +38,7 @@ from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, on_fai
 from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
-from grace.sim.bursting import TwinCloud
+from grace.sim.bursting import CountRentedGpus, PreemptSpot, TwinCloud, TwinEffect, WakeAt
 from grace.sim.events import EventKind, EventQueue
 from grace.sim.failures import FailureModel, NodeFailure, draw_failures
 from grace.sim.metrics import MetricsRecorder, SimResult
@@ -159,7 +160,7 @@ class Simulation:
         self.cloud: TwinCloud | None = None
         if config.bursting is not None:
             self.cloud = TwinCloud(config.bursting, topo, config.pool_kinds, config.seed)
-            self.cloud.unprovision_all(self)
+            self._apply_cloud_effects(self.cloud.unprovision_all(), 0.0)
             self.metrics.total_gpus = self.cloud.owned_gpus
         self._compile(jobs)
         if config.failures is not None:
@@ -224,12 +225,13 @@ class Simulation:
                 elif kind == EventKind.NODE_RETURN:
                     self._diagnostic_done(*payload, now)
             if self.cloud is not None:
-                self.cloud.due(self, now)
+                self._apply_cloud_effects(self.cloud.due(now, self.node_jobs), now)
             result = decide(state, now)
             if result.changed:
                 self._apply(result, now)
             if self.cloud is not None:
-                self.cloud.after_cycle(self, now, result)
+                self._apply_cloud_effects(
+                    self.cloud.after_cycle(state, now, result, self.node_jobs), now)
             metrics.after_cycle(now, state)
             if self.progress and now - last_progress > horizon / 200:
                 last_progress = now
@@ -255,7 +257,7 @@ class Simulation:
     def _plan(self, job: SimJob, slowdown: float) -> tuple[float, float, float, float]:
         f = self.config.failures
         if f is None and self.cloud is not None:
-            return self.cloud.plan_for(job, slowdown)
+            return self.cloud.plan_for(job.pending.id, slowdown)
         if f is None:
             return (self.config.restart_overhead_s if job.attempt else 0.0, slowdown, math.inf, 0.0)
         gpus = max(job.pending.gpu_equivalents, 1e-3)
@@ -326,10 +328,11 @@ class Simulation:
                 self.metrics.breaker_trips += 1
         if drained:
             state.set_node_usable(node, False)
-        if any(isinstance(d, RestartJobs) for d in decisions):
-            kind = FailureKind.NODE if drained else FailureKind.APPLICATION
-            for jid in sorted(self.node_jobs.get(node, ())):
-                self._job_failed(self.jobs[jid], node, kind, now)
+        for d in decisions:
+            if isinstance(d, RestartJobs):
+                kind = FailureKind.NODE if d.node_at_fault else FailureKind.APPLICATION
+                for jid in sorted(self.node_jobs.get(node, ())):
+                    self._job_failed(self.jobs[jid], node, kind, now)
         if drained:
             self._follow_health(node, self.health.jobs_left(name, now), now)
 
@@ -361,11 +364,10 @@ class Simulation:
                                 progressed=progressed,
                                 restarts_without_progress=job.stalled)
         decision = on_failure(job.pending, attempt, self.config.restart_policy)
+        job.stalled = decision.stalled_restarts
         if decision.job is None:
             self._ended(job, now, "failed")
             return
-        job.stalled = 0 if progressed else job.stalled + (
-            kind not in (FailureKind.NODE, FailureKind.PREEMPTED))
         job.attempt += 1
         job.outcome = "pending"
         job.pending = decision.job
@@ -424,3 +426,25 @@ class Simulation:
         job.end_s = now
         job.outcome = outcome
         self.metrics.ended += 1
+
+    def _apply_cloud_effects(self, effects: list[TwinEffect], now: float) -> None:
+        """Carry out what ``TwinCloud`` asks for, in its order. The adapter only reads the
+        data it is given, so whatever changes the replay (usable nodes, queues, events,
+        failed jobs, metrics) happens here, in the simulation's own methods."""
+        for e in effects:
+            if isinstance(e, WakeAt):
+                self.events.push(e.at, EventKind.WAKE)
+            elif isinstance(e, SetNodesUsable):
+                for n in e.nodes:
+                    self.state.set_node_usable(n, e.usable)
+            elif isinstance(e, PreemptSpot):
+                for jid in e.job_ids:  # a gang on two preempted nodes fails once
+                    job = self.jobs[jid]
+                    if job.outcome == "running":
+                        self._job_failed(job, e.node, FailureKind.PREEMPTED, now)
+            elif isinstance(e, RouteJob):
+                requeue_with_pools(self.state, e.job_id, e.pools)
+            elif isinstance(e, CountRentedGpus):
+                self.metrics.rented_gpus = e.gpus
+            else:
+                raise TypeError(f"not a bursting effect: {e!r}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from grace.spec import launch_limits
 from grace.spec.units import parse_duration
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -112,6 +113,26 @@ class JobSpec(BaseModel):
 
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+
+    # A command or env that exec refuses would fail at every launch of every attempt:
+    # refuse it here, where the user sees the field (the limits: spec/launch_limits.py).
+    # No command at all stays allowed for the twin's specs; the API requires one.
+    @field_validator("command")
+    @classmethod
+    def _command_launchable(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None:
+            problems = launch_limits.command_problems(command)
+            if problems:
+                raise ValueError(launch_limits.joined(problems))
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env_launchable(cls, env: dict[str, str]) -> dict[str, str]:
+        problems = launch_limits.env_problems(env)
+        if problems:
+            raise ValueError(launch_limits.joined(problems))
+        return env
 
     @model_validator(mode="after")
     def _shape(self) -> JobSpec:

@@ -18,6 +18,14 @@ Why the SQLite settings:
 
 On PostgreSQL (READ COMMITTED) writers run concurrently; ``Job.version``
 (optimistic concurrency) turns a lost update into ``StaleWrite`` instead.
+
+Fencing: the control plane that holds the leader lease (``store.lease``) sets
+``Store.fence = (holder, epoch)``. From then on every write transaction ends,
+before its commit and in the same transaction, with an UPDATE of the lease row
+that matches only while holder and epoch are still ours; no match, and the
+whole transaction is rolled back as ``Fenced``. A takeover changes the epoch in
+one committed UPDATE of that row, so each write commits either wholly before
+the takeover (PostgreSQL: the takeover waits for the row lock) or not at all.
 """
 
 from __future__ import annotations
@@ -29,17 +37,23 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from grace.control.store.errors import StaleWrite
+from grace.control.store.errors import Fenced, StaleWrite
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DB_FILE = "grace.sqlite"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _READ_ONLY = "grace_read_only"  # execution option: this connection's transactions only read
+#: the fence check: a no-op update that matches only while the lease is still ours. An UPDATE,
+#: not a SELECT, so that on PostgreSQL it takes the row lock a takeover must wait for.
+#: preserve_rowcount: SQLAlchemy does not know a text() statement is an UPDATE
+_FENCE = text("UPDATE leases SET renewed_at = renewed_at "
+              "WHERE name = 'leader' AND holder = :holder AND epoch = :epoch"
+              ).execution_options(preserve_rowcount=True)
 
 
 def default_url(state_dir: Path) -> str:
@@ -129,6 +143,10 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        #: (holder, epoch) of the leader lease this process holds; None: writes are not
+        #: fenced (tests, tools, a standby that writes nothing). Set by ``grace up``.
+        self.fence: tuple[str, int] | None = None
+        self._store_id: str | None = None
         self._writer = sessionmaker(engine, expire_on_commit=False)
         self._reader = sessionmaker(engine.execution_options(**{_READ_ONLY: True}),
                                     expire_on_commit=False)
@@ -145,20 +163,45 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def store_id(self) -> str:
+        """The UUID made when the store was created (``store_meta``): names what belongs to
+        this store, unlike a job id, which another store reuses. Read once, then cached."""
+        if self._store_id is None:
+            with self.read() as s:
+                value = s.execute(text("SELECT value FROM store_meta WHERE key = 'store_id'")
+                                  ).scalar_one_or_none()
+            if value is None:
+                raise LookupError("store_meta has no store_id; was the store migrated?")
+            self._store_id = str(value)
+        return self._store_id
+
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """All or nothing: commit when the block ends, roll back everything if it raises.
 
-        A concurrent update of a job read here surfaces as ``StaleWrite``.
+        A concurrent update of a job read here surfaces as ``StaleWrite``; with a ``fence``
+        set, a lease another control plane took over surfaces as ``Fenced``, nothing written.
         """
         session = self._writer()
         try:
             with session.begin():
                 yield session
+                fence = self.fence
+                if fence is not None:
+                    session.flush()  # the changes first: the lease row stays locked for less
+                    self._check_fence(session, *fence)
         except StaleDataError as e:
             raise StaleWrite(f"the job changed since it was read; read it again ({e})") from e
         finally:
             session.close()
+
+    @staticmethod
+    def _check_fence(session: Session, holder: str, epoch: int) -> None:
+        result: Any = session.execute(_FENCE, {"holder": holder, "epoch": epoch})
+        if result.rowcount != 1:
+            raise Fenced(f"another control plane took over this store: the leader lease is no "
+                         f"longer held by {holder} at epoch {epoch}; this write was rolled back")
 
     @contextmanager
     def read(self) -> Iterator[Session]:

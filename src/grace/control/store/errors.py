@@ -22,3 +22,8 @@ class IllegalJobTransition(StoreError, ValueError):
 
 class StaleWrite(StoreError):
     """Someone else changed the job since it was read; re-read and decide again (HTTP 409)."""
+
+
+class Fenced(StoreError):
+    """This control plane lost the leader lease: another one took over the store, so this
+    one's write was rolled back and it must stop writing (HTTP 503). See ``store.lease``."""

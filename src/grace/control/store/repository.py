@@ -30,18 +30,22 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
+from grace.control.store import exclusions
 from grace.control.store.errors import IllegalJobTransition, NotFound, StaleWrite
 from grace.control.store.models import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
     Attempt,
     AttemptState,
+    EndCause,
+    HealthSignalRow,
     Job,
     JobEvent,
     JobEventKind,
     JobState,
     Node,
     NodeEvent,
+    StoreMeta,
     Tenant,
 )
 from grace.core.health import NodeState, check_transition
@@ -209,6 +213,11 @@ def jobs_in_states(session: Session, states: Iterable[JobState]) -> list[Job]:
                                 .options(selectinload(Job.attempts))))
 
 
+def jobs_after(session: Session, job_id: int) -> list[Job]:
+    """Jobs submitted after ``job_id`` (ids only grow), in submission order."""
+    return list(session.scalars(select(Job).where(Job.id > job_id).order_by(Job.id)))
+
+
 def cancel_requested(session: Session) -> list[Job]:
     """Jobs a user asked to cancel that have not ended yet."""
     return list(session.scalars(select(Job).where(Job.cancel_requested.is_(True),
@@ -271,7 +280,8 @@ def set_pending_reason(session: Session, job_id: int, reason: str) -> None:
 
 def note_failure_and_requeue(session: Session, job: Job, now: float, reason: str,
                              detail: dict[str, Any] | None = None, exclude_node: str | None = None,
-                             stalled_restarts: int | None = None) -> None:
+                             stalled_restarts: int | None = None,
+                             restarts: int | None = None) -> None:
     """After a failed attempt that core says to restart: record it and queue the job again.
 
     Writes the "failed" and "restarted" events, counts the restart, and keeps
@@ -281,11 +291,12 @@ def note_failure_and_requeue(session: Session, job: Job, now: float, reason: str
     check_job_transition(job.id, job.state, JobState.PENDING)  # before anything is written
     add_event(session, job.id, JobEventKind.FAILED, now, detail)
     _move_job(session, job, JobState.PENDING, now, reason, JobEventKind.RESTARTED, detail)
-    job.restarts += 1
+    job.restarts = job.restarts + 1 if restarts is None else restarts
     if stalled_restarts is not None:
         job.stalled_restarts = stalled_restarts
     if exclude_node:
-        _exclude(job, exclude_node)
+        exclusions.exclude(job, exclude_node, reason, str((detail or {}).get("cause") or "node"),
+                           now)
 
 
 def requeue_moved(session: Session, job: Job, now: float, reason: str, node: str,
@@ -298,12 +309,7 @@ def requeue_moved(session: Session, job: Job, now: float, reason: str, node: str
     """
     check_job_transition(job.id, job.state, JobState.PENDING)
     _move_job(session, job, JobState.PENDING, now, reason, JobEventKind.MOVED, detail)
-    _exclude(job, node)
-
-
-def _exclude(job: Job, node: str) -> None:
-    if node not in job.exclude_nodes:
-        job.exclude_nodes = [*job.exclude_nodes, node]
+    exclusions.exclude(job, node, reason, str((detail or {}).get("cause") or "moved"), now)
 
 
 def update_job_checked(session: Session, job_id: int, expected_version: int,
@@ -416,6 +422,53 @@ def running_attempts(session: Session) -> list[Attempt]:
                                 .order_by(Attempt.job_id).options(selectinload(Attempt.job))))
 
 
+def request_end(attempt: Attempt, cause: EndCause, now: float, node: str | None = None,
+                detail: str = "", grace_s: float = 10.0) -> bool:
+    """Record that the control plane is ending ``attempt`` and why, before telling the
+    backend: the first request wins (a later one would relabel an end already under
+    way); False if there was one already."""
+    if attempt.end_cause is not None or not attempt.is_live:
+        return False
+    attempt.end_cause, attempt.end_node, attempt.end_detail = EndCause(cause), node, detail
+    attempt.end_requested_at, attempt.end_grace_s = now, grace_s
+    return True
+
+
+def recent_preemptions(session: Session, since: float) -> dict[str, list[float]]:
+    """When each tenant's jobs were preempted after ``since`` (core's preemption budgets
+    count them per hour; the events are the store's copy of that history)."""
+    rows = session.execute(select(Job.tenant, JobEvent.at).join(Job, Job.id == JobEvent.job_id)
+                           .where(JobEvent.kind == JobEventKind.PREEMPTED, JobEvent.at > since)
+                           .order_by(JobEvent.at))
+    out: dict[str, list[float]] = {}
+    for tenant, at in rows:
+        out.setdefault(tenant, []).append(float(at))
+    return out
+
+
+def store_id(session: Session) -> str:
+    """The store's UUID (made by migration 0002): what makes a job's directory its own."""
+    row = session.get(StoreMeta, "store_id")
+    if row is None:
+        raise NotFound("this store has no store_id; migrate it (Store.open does)")
+    return row.value
+
+
+def add_signal(session: Session, node: str, kind: str, at: float, code: int | None = None,
+               detail: str = "", actor: str = "grace") -> HealthSignalRow:
+    """A health signal for the reconciler's next cycle; kept until it is handled."""
+    if session.get(Node, node) is None:
+        raise NotFound(f"no node {node!r}")
+    row = HealthSignalRow(node=node, kind=kind, code=code, detail=detail, at=at, actor=actor)
+    session.add(row)
+    return row
+
+
+def unhandled_signals(session: Session) -> list[HealthSignalRow]:
+    return list(session.scalars(select(HealthSignalRow).where(HealthSignalRow.handled_at.is_(None))
+                                .order_by(HealthSignalRow.id)))
+
+
 def orphaned_attempts(session: Session) -> list[Attempt]:
     """Live attempts whose job is no longer RUNNING (preempted, stopped): stop them, then end them."""
     return [a for a in running_attempts(session) if a.job.state is not JobState.RUNNING]
@@ -470,6 +523,7 @@ __all__ = [
     "JOB_TRANSITIONS",
     "add_event",
     "add_job",
+    "add_signal",
     "cancel_requested",
     "check_job_transition",
     "end_attempt",
@@ -477,6 +531,7 @@ __all__ = [
     "events",
     "get_job",
     "gpu_hours_by_tenant",
+    "jobs_after",
     "jobs_in_states",
     "list_jobs",
     "live_attempt",
@@ -486,7 +541,9 @@ __all__ = [
     "orphaned_attempts",
     "quota_of",
     "quotas",
+    "recent_preemptions",
     "request_cancel",
+    "request_end",
     "require_job",
     "running_attempts",
     "set_attempt_running",
@@ -495,7 +552,9 @@ __all__ = [
     "set_pending_reason",
     "set_quota",
     "start_attempt",
+    "store_id",
     "tenants",
+    "unhandled_signals",
     "update_job_checked",
     "upsert_node",
 ]

@@ -1,0 +1,161 @@
+"""Carry out ``decide``'s result: stops, preemptions, starts; and user cancellations.
+
+Each start is first persisted (attempt "starting", job "running") and
+committed, then launched, then its handle recorded. A crash between those steps
+is safe: ``recovery`` adopts an attempt whose processes live and has the
+backend end any it cannot adopt before the job may start again. A launch the
+backend refuses counts against the job's launch budget; when it is spent the
+job fails with a reason starting ``launch-error:`` and the backend's message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from grace.backends.base import LaunchSpec, NodeAssignment
+from grace.control.live.context import LiveContext
+from grace.control.live.ending import EndRequests
+from grace.control.live.files import latest_checkpoint
+from grace.control.live.observe import CycleReport, attempt_of
+from grace.control.live.view import CycleView
+from grace.control.snapshot import placement_to_nodes
+from grace.control.store import repository as repo
+from grace.control.store.models import AttemptState, EndCause, JobEventKind, JobState
+from grace.core.capacity import Placement
+from grace.core.checkpoint import choose_interval
+from grace.core.decisions import DecideResult
+from grace.core.jobs import PendingJob
+
+log = logging.getLogger("grace.reconciler")
+#: ``reason`` prefix of a job whose launch budget is spent (the interface promises it).
+LAUNCH_ERROR = "launch-error"
+
+
+class Applier:
+    def __init__(self, ctx: LiveContext, ends: EndRequests) -> None:
+        self.ctx = ctx
+        self.ends = ends
+
+    def unrunnable(self, view: CycleView, now: float) -> None:
+        """Jobs that can no longer run on this cluster fail; their live attempts end."""
+        if not (view.failed or view.unplaceable):
+            return
+        with self.ends.transaction() as s:
+            for job_id, why in view.failed:
+                job = repo.require_job(s, job_id)
+                if job.state in (JobState.PENDING, JobState.RUNNING):
+                    repo.set_job_state(s, job, JobState.FAILED, now, why,
+                                       JobEventKind.FAILED, {"reason": why})
+            for job_id, number in view.unplaceable:
+                self.ends.request(attempt_of(repo.require_job(s, job_id), number),
+                                  EndCause.UNPLACEABLE, now, None, "cannot run on this cluster")
+
+    def cancellations(self, now: float) -> None:
+        with self.ends.transaction() as s:
+            for job in repo.cancel_requested(s):
+                if job.state == JobState.PENDING:
+                    repo.set_job_state(s, job, JobState.CANCELLED, now,
+                                       "cancelled before it started", JobEventKind.CANCELLED, {})
+                elif job.state == JobState.RUNNING:
+                    live = repo.live_attempt(s, job)
+                    if live is not None:
+                        self.ends.request(live, EndCause.CANCEL, now, None, "cancelled")
+
+    def apply(self, result: DecideResult, view: CycleView, now: float,
+              report: CycleReport) -> None:
+        if result.stops or result.preemptions:
+            with self.ends.transaction() as s:
+                for stop in result.stops:
+                    self._end(s, int(stop.job_id), now, EndCause.STOP, JobState.FAILED,
+                              "timeout: passed its runtime_limit", JobEventKind.TIMEOUT)
+                for p in result.preemptions:
+                    self._end(s, int(p.job_id), now, EndCause.PREEMPT, JobState.PENDING,
+                              f"preempted ({p.reason}) for job {p.for_job}",
+                              JobEventKind.PREEMPTED)
+        for start in result.starts:
+            self.start(view.pending[start.job_id], start.placement, now, report)
+        self.record_reasons(result, view)
+
+    def _end(self, s, job_id: int, now: float, cause: EndCause, to: JobState, reason: str,
+             kind: JobEventKind) -> None:
+        """A stopped or preempted job moves now; its attempt holds its GPUs until the
+        backend reports it ended (decide may name it again meanwhile: it moves once)."""
+        job = repo.require_job(s, job_id)
+        live = repo.live_attempt(s, job)
+        if job.state == JobState.RUNNING:
+            repo.set_job_state(s, job, to, now, reason, kind, {})
+        if live is not None:
+            self.ends.request(live, cause, now, None, reason)
+
+    def start(self, pj: PendingJob, placement: Placement, now: float,
+              report: CycleReport) -> None:
+        gang = placement_to_nodes(self.ctx.topo, placement)
+        dirs = self.ctx.dirs
+        with self.ctx.store.transaction() as s:
+            job = repo.require_job(s, int(pj.id))
+            if job.state != JobState.PENDING or job.cancel_requested:
+                return
+            workdir = dirs.job(job.id)
+            attempt = repo.start_attempt(s, job, [g.to_json() for g in gang], self.ctx.backend.name,
+                                         None, now, resumed_from=latest_checkpoint(workdir))
+            number = attempt.number
+            spec = dict(job.spec_json)
+            env = dict(spec.get("env") or {})
+            interval = choose_interval(max(pj.gpu_equivalents, 1.0), self.ctx.settings.checkpoint_s,
+                                       self.ctx.settings.restart_s)
+            env.setdefault("GRACE_CHECKPOINT_INTERVAL_S", f"{interval.interval_s:.0f}")
+            env["GRACE_JOB_UID"] = dirs.uid(job.id)
+            launch = LaunchSpec(job_id=job.id, attempt=number, name=job.name,
+                                command=tuple(spec.get("command") or ()),
+                                nodes=tuple(NodeAssignment(g.node, g.gpus) for g in gang),
+                                workdir=workdir, env=env, time_limit_s=pj.limit_s)
+        try:
+            handle = self.ctx.backend.launch(launch)
+        except Exception as e:
+            log.exception("launch of job %s failed", pj.id)
+            self._launch_failed(int(pj.id), number, str(e), now)
+            return
+        with self.ctx.store.transaction() as s:
+            job = repo.require_job(s, int(pj.id))
+            repo.set_attempt_running(s, attempt_of(job, number), handle)
+        report.started.append(int(pj.id))
+
+    def _launch_failed(self, job_id: int, number: int, message: str, now: float) -> None:
+        """The backend refused the launch: retried until the budget is spent, then failed."""
+        budget = self.ctx.settings.launch_budget
+        with self.ctx.store.transaction() as s:
+            job = repo.require_job(s, job_id)
+            repo.end_attempt(s, attempt_of(job, number), AttemptState.FAILED, now, None,
+                             "launch", None, message)
+            job.launch_failures = (job.launch_failures or 0) + 1
+            detail = {"attempt": number, "error": message[-500:],
+                      "launch_failures": job.launch_failures, "budget": budget}
+            repo.add_event(s, job_id, JobEventKind.LAUNCH_FAILED, now, detail)
+            if job.launch_failures >= budget:
+                repo.set_job_state(s, job, JobState.FAILED, now,
+                                   f"{LAUNCH_ERROR}: {message} (the backend refused "
+                                   f"{job.launch_failures} launches)", JobEventKind.FAILED, detail)
+            else:
+                repo.set_job_state(s, job, JobState.PENDING, now,
+                                   f"launch failed ({job.launch_failures} of {budget}): {message}",
+                                   JobEventKind.REQUEUED, detail)
+
+    def record_reasons(self, result: DecideResult, view: CycleView) -> None:
+        """Why each job still waits, written where it changed: a steady cycle writes nothing."""
+        started = {s.job_id for s in result.starts}
+        changed: dict[int, str] = {}
+        for jid, pj in view.pending.items():
+            reason = None if jid in started else result.reason_for(pj)
+            if reason is not None and str(reason) != view.reasons.get(int(jid)):
+                changed[int(jid)] = str(reason)
+        if not changed:
+            return
+        with self.ctx.store.transaction() as s:
+            # one query for them all, not one per job (held: the session only keeps weak refs)
+            loaded = repo.jobs_in_states(s, [JobState.PENDING]) if len(changed) > 20 else []
+            for jid, reason in changed.items():
+                repo.set_pending_reason(s, jid, reason)
+            del loaded
+
+
+__all__ = ["LAUNCH_ERROR", "Applier"]

@@ -1,0 +1,29 @@
+"""What the runtime leaves in a job's directory that the control plane reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def last_heartbeat(attempt_dir: Path) -> float | None:
+    """When any rank of the attempt last wrote a heartbeat (the runtime's jsonl files)."""
+    newest = None
+    for f in attempt_dir.glob("heartbeats-rank*.jsonl"):
+        try:
+            m = f.stat().st_mtime
+        except OSError:
+            continue
+        newest = m if newest is None else max(newest, m)
+    return newest
+
+
+def latest_checkpoint(workdir: Path) -> str | None:
+    """The newest committed checkpoint directory of a job, if any (the runtime writes them)."""
+    root = workdir / "checkpoints"
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.is_dir() and (p / "MANIFEST.json").exists())
+    return str(done[-1]) if done else None
+
+
+__all__ = ["last_heartbeat", "latest_checkpoint"]
