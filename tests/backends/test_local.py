@@ -8,6 +8,7 @@ atomic records and the NVML seam without starting torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -280,10 +281,11 @@ def test_cancel_mid_run_leaves_no_process(lab: ClusterSpec, tmp_path: Path) -> N
     assert len(set(running.values())) == 6  # each agent's group, each rank's session
     started = time.monotonic()
     b.cancel(1, 1, grace_s=5.0)
-    assert time.monotonic() - started < 8
-    assert_nothing_left(handle, frozenset(running.values()))
-    obs = wait_until_ended(b, 1, timeout=5)
+    assert time.monotonic() - started < 1.0  # returns at once; the kill worker does the rest
+    obs = wait_until_ended(b, 1, timeout=15)
     assert obs.status is AttemptStatus.CANCELLED
+    assert time.monotonic() - started < 15
+    assert_nothing_left(handle, frozenset(running.values()))
 
 
 @pytest.mark.slow
@@ -377,3 +379,175 @@ def test_time_limit_ends_the_attempt(lab: ClusterSpec, tmp_path: Path) -> None:
     assert obs.failed_node == "l40s-00"
     assert "time limit" in obs.detail
     assert_nothing_left(handle)
+
+
+# ---------------------------------------------------------------- reap and cancel, no torch
+# Stand-ins for an attempt's processes: plain sleepers in sessions of their own, carrying
+# what a real attempt's processes carry (the token, GRACE_WORKDIR/GRACE_ATTEMPT), and for an
+# agent the command line _agent_alive checks. Each test collects its own children.
+
+SLEEP = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+
+
+def sleeper(env: dict[str, str], *argv: str) -> subprocess.Popen[bytes]:
+    """A process that ignores SIGTERM (only SIGKILL ends it), with ``env`` added; returned
+    once it does ignore it (SIGTERM is bit 15 of /proc's SigIgn mask)."""
+    p = subprocess.Popen([sys.executable, "-c", SLEEP, *argv], env={**os.environ, **env},
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while True:
+        status = Path(f"/proc/{p.pid}/status").read_text()
+        ignored = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
+        if ignored & (1 << (signal.SIGTERM - 1)):
+            return p
+        assert time.monotonic() < deadline, "the sleeper never got ready"
+        time.sleep(0.01)
+
+
+def ended_by_sigkill(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> bool:
+    try:
+        return proc.wait(timeout=timeout) == -signal.SIGKILL
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture
+def procs() -> types.SimpleNamespace:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str], *argv: str) -> subprocess.Popen[bytes]:
+        p = sleeper(env, *argv)
+        started.append(p)
+        return p
+
+    ns = types.SimpleNamespace(start=start)
+    yield ns
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def fake_agent(procs: types.SimpleNamespace, attempt_dir: Path, token: str, job_id: int = 1,
+               attempt: int = 1) -> tuple[subprocess.Popen[bytes], str]:
+    """A stand-in agent of node a100-00 and the handle of its attempt."""
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    p = procs.start({"GRACE_LOCAL_TOKEN": f"{token}:0"}, "grace.backends.local_agent",
+                    str(attempt_dir), "a100-00")
+    handle = json.dumps({"v": 1, "backend": "local", "job_id": job_id, "attempt": attempt,
+                         "dir": str(attempt_dir), "token": token, "port": 1,
+                         "nodes": [{"node": "a100-00", "index": 0, "gpus": [0], "pid": p.pid,
+                                    "pgid": p.pid}]})
+    return p, handle
+
+
+def test_reap_ends_a_half_launched_attempt_by_its_launch_record(
+        lab: ClusterSpec, tmp_path: Path, procs: types.SimpleNamespace) -> None:
+    """A crash right after ``launching.json``: no handle anywhere, only the token on disk."""
+    workdir = tmp_path / "job-1"
+    write_json_atomic(workdir / "attempt-1" / "launching.json", {"token": "tok1", "at": 1.0})
+    mine = [procs.start({"GRACE_LOCAL_TOKEN": f"tok1:{i}"}) for i in range(2)]
+    other_attempt = procs.start({"GRACE_LOCAL_TOKEN": "tok2:0"})
+    other_job = procs.start({"GRACE_WORKDIR": str((tmp_path / "job-2").resolve()),
+                             "GRACE_ATTEMPT": "1"})
+    assert backend(lab, tmp_path).reap(1, 1, workdir) == 2
+    assert all(ended_by_sigkill(p) for p in mine)
+    assert other_attempt.poll() is None and other_job.poll() is None
+    assert backend(lab, tmp_path).reap(1, 1, workdir) == 0
+
+
+def test_reap_finds_processes_by_workdir_and_attempt_and_in_stale_dirs(
+        lab: ClusterSpec, tmp_path: Path, procs: types.SimpleNamespace) -> None:
+    workdir = tmp_path / "job-1"
+    write_json_atomic(workdir / "attempt-1.stale-1700000000" / "launching.json", {"token": "old"})
+    by_env = procs.start({"GRACE_WORKDIR": str(workdir.resolve()), "GRACE_ATTEMPT": "1"})
+    by_stale = procs.start({"GRACE_LOCAL_TOKEN": "old:0"})
+    attempt_2 = procs.start({"GRACE_WORKDIR": str(workdir.resolve()), "GRACE_ATTEMPT": "2"})
+    assert backend(lab, tmp_path).reap(1, 1, workdir) == 2
+    assert ended_by_sigkill(by_env) and ended_by_sigkill(by_stale)
+    assert attempt_2.poll() is None
+
+
+def test_reap_of_a_watched_attempt_is_reported_lost_once(
+        lab: ClusterSpec, tmp_path: Path, procs: types.SimpleNamespace) -> None:
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    agent, handle = fake_agent(procs, attempt_dir, "tokw")
+    b = backend(lab, tmp_path)
+    assert b.adopt(1, 1, handle) is True
+    assert b.reap(1, 1, tmp_path / "job-1") == 1
+    assert ended_by_sigkill(agent)
+    [obs] = b.poll()
+    assert obs.status is AttemptStatus.LOST and "reap" in obs.detail
+    assert b.poll() == []
+
+
+def test_reap_that_cannot_end_everything_raises_and_launch_starts_nothing(
+        lab: ClusterSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grace.backends import local
+    from grace.backends.base import ReapError
+
+    monkeypatch.setattr(local, "REAP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(local, "_scan_attempts", lambda *a: {2**22 + 1: 2**22 + 1})  # unkillable
+    b = backend(lab, tmp_path)
+    with pytest.raises(ReapError, match="survive"):
+        b.reap(1, 1, tmp_path / "job-1")
+    spec = dataclasses.replace(launch_spec(tmp_path, nodes=(NodeAssignment("a100-00", (0,)),)),
+                               attempt=2)
+    with pytest.raises(ReapError):
+        b.launch(spec)
+    assert not (tmp_path / "job-1" / "attempt-2").exists()
+    assert b.poll() == []
+
+
+def test_cancel_returns_at_once_and_sigkills_after_the_grace(
+        lab: ClusterSpec, tmp_path: Path, procs: types.SimpleNamespace) -> None:
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    agent, handle = fake_agent(procs, attempt_dir, "tokc")
+    b = backend(lab, tmp_path)
+    assert b.adopt(1, 1, handle)
+    started = time.monotonic()
+    b.cancel(1, 1, grace_s=1.0)
+    b.cancel(1, 1, grace_s=30.0)  # again, with a longer grace: harmless, the kill stays due at 1 s
+    assert time.monotonic() - started < 0.5
+    assert read_json(attempt_dir / "cancel.json")["grace_s"] == 1.0
+    assert [o.status for o in b.poll()] == [AttemptStatus.RUNNING]  # it ignores SIGTERM
+    obs = wait_until_ended(b, 1, timeout=10)
+    took = time.monotonic() - started
+    assert obs.status is AttemptStatus.CANCELLED
+    assert 0.9 <= took < 5, took
+    assert ended_by_sigkill(agent)
+    b.cancel(1, 1)  # an ended attempt: nothing to do
+    assert b.poll() == []
+
+
+def test_adopt_re_arms_the_kill_of_a_cancel_cut_short(
+        lab: ClusterSpec, tmp_path: Path, procs: types.SimpleNamespace) -> None:
+    """The control plane died during a cancel's grace: the next one still SIGKILLs on time."""
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    agent, handle = fake_agent(procs, attempt_dir, "toka")
+    write_json_atomic(attempt_dir / "cancel.json", {"at": time.time() - 10, "grace_s": 5.0})
+    b = backend(lab, tmp_path)
+    assert b.adopt(1, 1, handle)
+    assert ended_by_sigkill(agent, timeout=5)
+    assert wait_until_ended(b, 1, timeout=5).status is AttemptStatus.CANCELLED
+
+
+def test_deadlines_run_once_each_earliest_first_and_the_thread_goes_when_idle() -> None:
+    from grace.backends.base import Deadlines
+
+    d = Deadlines("test-deadlines")
+    calls: list[str] = []
+    again = iter([time.monotonic() + 0.05, None])
+    now = time.monotonic()
+    d.at("a", now + 0.2, lambda: calls.append("a-late"))  # type: ignore[func-returns-value]
+    d.at("a", now + 0.05, lambda: calls.append("a"))  # type: ignore[func-returns-value]
+    d.at("a", now + 5.0, lambda: calls.append("a-later"))  # later than due: ignored
+    d.at("b", now + 0.1, lambda: (calls.append("b"), next(again))[1])
+    d.at("c", now + 0.1, lambda: calls.append("c"))  # type: ignore[func-returns-value]
+    d.drop("c")
+    d.at("boom", now, lambda: 1 / 0)  # logged; the thread carries on
+    deadline = time.monotonic() + 5
+    while d.due() or d._thread is not None:
+        assert time.monotonic() < deadline, d.due()
+        time.sleep(0.02)
+    assert calls == ["a", "b", "b"]

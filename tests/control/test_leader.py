@@ -557,13 +557,10 @@ def _workdir(state_dir: Path, job_id: int) -> Path:
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_once(
         db_url: str, ups: Callable[[str, str | None], Up]) -> None:
-    T = time.monotonic()
     leader = ups("leader", db_url).start()
-    print("TT leader up", time.monotonic()-T)
     assert leader.health() == {"status": "ok", "role": "leader", "leader": leader.holder,
                                "epoch": 1}
     standby = ups("standby", db_url).start()
-    print("TT mark 0", time.monotonic()-T)
     line = wait_for(lambda: re.search(r"^standby: leader is \S+ since \S+$", standby.output(),
                                       re.MULTILINE), timeout=10)
     assert re.fullmatch(f"standby: leader is {re.escape(leader.holder)} since {ISO_SECONDS}",
@@ -572,15 +569,14 @@ def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_o
                                 "epoch": 1}
 
     job = {"name": "survivor", "tenant": "demo", "gpus": 2, "gpu_model": "A100-80GB",
-           "command": [*TRAIN, "--steps", "400", "--sleep-per-step", "0.05",
+           "command": [*TRAIN, "--steps", "300", "--sleep-per-step", "0.05",
                        "--batch-size", "4"]}
     refused = httpx.post(f"{standby.url}/jobs", json=job, timeout=30)
     assert refused.status_code == 503 and leader.holder in refused.json()["detail"]
     r = httpx.post(f"{leader.url}/jobs", json=job, timeout=30)
     assert r.status_code == 201, r.text
     jid = int(r.json()["id"])
-    _wait_log(leader, jid, "step 10/400")
-    print("TT mark 1", time.monotonic()-T)
+    _wait_log(leader, jid, "step 10/300")
     assert standby.get(f"/jobs/{jid}")["state"] == "running"  # reads work on the standby
     workdir = _workdir(leader.state_dir, jid)
 
@@ -597,7 +593,6 @@ def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_o
     assert job_processes(workdir), "the job died with its control plane"
 
     done = _wait_job(standby, jid, ENDED, timeout=120)
-    print("TT mark 2", time.monotonic()-T)
     assert done["state"] == "completed", f"{done}\n{standby.output()[-3000:]}"
     assert [(a["number"], a["state"]) for a in done["attempts"]] == [(1, "succeeded")]
     [summary] = [j for j in standby.get("/jobs") if j["id"] == jid]
@@ -610,7 +605,6 @@ def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_o
 
     # a clean stop (SIGTERM) releases the lease: a standby then leads at its next poll
     third = ups("third", db_url).start()
-    print("TT mark 3", time.monotonic()-T)
     wait_for(lambda: third.health()["role"] == "standby")
     assert standby.proc is not None
     t1 = time.monotonic()
@@ -619,7 +613,6 @@ def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_o
     handover = time.monotonic() - t1
     assert standby.proc.wait(timeout=20) == 0
     print(f"handover after SIGTERM of the leader: {handover:.1f}s")
-    print("TT mark 4", time.monotonic()-T)
     assert handover < 5, handover
     assert third.health()["epoch"] == 3
 

@@ -60,7 +60,7 @@ def test_a_drain_made_in_slurm_takes_the_node_out_and_its_resume_brings_it_back(
     table = setup(store)
     table.nodes["n2"] = node("n2", flags=("DRAIN",), reason="admin: reseat cable")
     sync_node_states(store, table, 1.0)
-    assert states(store)["n2"] == ("draining", "slurm", "slurm: idle+DRAIN: admin: reseat cable")
+    assert states(store)["n2"] == ("draining", "slurm", "drained by slurm: idle+DRAIN: admin: reseat cable")
     assert states(store)["n1"][0] == "healthy"
     assert table.calls == []  # Slurm's own drain is never written back
     sync_node_states(store, table, 2.0)  # steady: nothing moves
@@ -74,7 +74,7 @@ def test_a_down_node_is_taken_out_too(store: Store) -> None:
     table = setup(store)
     table.nodes["n1"] = node("n1", state="down", flags=("NOT_RESPONDING",), reason="Not responding")
     sync_node_states(store, table, 1.0)
-    assert states(store)["n1"] == ("draining", "slurm", "slurm: down+NOT_RESPONDING: Not responding")
+    assert states(store)["n1"] == ("draining", "slurm", "drained by slurm: down+NOT_RESPONDING: Not responding")
 
 
 def test_graces_drain_reaches_slurm_with_its_reason_and_its_resume_too(store: Store) -> None:

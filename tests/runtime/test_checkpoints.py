@@ -154,7 +154,7 @@ def test_other_damage_is_detected(tmp_path: Path, damage: str) -> None:
 
 
 def test_manifest_and_the_reconcilers_view(tmp_path: Path) -> None:
-    from grace.control.reconciler import _latest_checkpoint
+    from grace.control.live.files import latest_checkpoint
 
     job = Job(tmp_path, checkpoint_every_steps=2)
     job.run(4)
@@ -163,7 +163,7 @@ def test_manifest_and_the_reconcilers_view(tmp_path: Path) -> None:
     assert manifest["format"] == "grace-dcp/1" and manifest["step"] == 4 and manifest["world_size"] == 1
     assert set(manifest["files"]) == {".metadata", "__0_0.distcp"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"].values())
-    assert _latest_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "step-000000004")
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoints" / "step-000000004")
 
 
 # ---------------------------------------------------------------------------- retention, atomicity
@@ -235,7 +235,7 @@ def test_a_save_that_fails_midway_leaves_nothing_visible(
 
 
 def test_a_crash_mid_save_is_invisible_and_cleaned_at_the_next_start(tmp_path: Path) -> None:
-    from grace.control.reconciler import _latest_checkpoint
+    from grace.control.live.files import latest_checkpoint
 
     job = Job(tmp_path, checkpoint_every_steps=2)
     job.run(2)
@@ -249,7 +249,7 @@ def test_a_crash_mid_save_is_invisible_and_cleaned_at_the_next_start(tmp_path: P
     unmanifested.mkdir()
     (unmanifested / "__0_0.distcp").write_bytes(b"partial")
     assert steps(tmp_path) == [2]
-    assert _latest_checkpoint(tmp_path) == str(root / "step-000000002")
+    assert latest_checkpoint(tmp_path) == str(root / "step-000000002")
     again = Job(tmp_path, attempt=2)
     assert not half.exists() and not unmanifested.exists()
     assert again.rt.resume() == 3

@@ -60,6 +60,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -132,9 +133,41 @@ class _Attempt:
     kill_at: float | None = None  # monotonic time to SIGKILL a gang being torn down or cancelled
 
 
+#: Where rendezvous ports are drawn from when the ephemeral range is unknown (Linux's default
+#: ephemeral range is 32768-60999).
+_RDZV_PORTS = (20000, 32767)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def _free_port() -> int:
-    """A loopback port free right now (another process could still take it before torchrun)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port free right now, outside the ephemeral range.
+
+    Not ``bind(0)``: that hands out an ephemeral port, and node 1's torchrun,
+    connecting to it before node 0 listens, can be given the same port as its
+    own source port (a TCP self-connect), so node 0 then fails with EADDRINUSE.
+    Another process could still take the port before torchrun binds it.
+    """
+    eph_lo, eph_hi = _ephemeral_range()
+    lo, hi = _RDZV_PORTS
+    if not (hi < eph_lo or lo > eph_hi):  # an unusual ephemeral range: use what lies below it
+        lo, hi = 1024, max(1024, eph_lo - 1)
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randint(lo, hi)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: any port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -168,8 +168,19 @@ def jobs_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def job(job_id: int, as_json: bool = JsonOpt) -> None:
-    """Show one job: attempts, placement, events."""
+def job(job_id: int, as_json: bool = JsonOpt,
+        clear_exclusions: bool = typer.Option(
+            False, "--clear-exclusions",
+            help="Let the job use every node again (operator)")) -> None:
+    """Show one job: attempts, placement, excluded nodes, events."""
+    if clear_exclusions:
+        done = _call("POST", f"/jobs/{job_id}/clear-exclusions")
+        if as_json:
+            print(json.dumps(done))
+        else:
+            console.print(f"job {job_id}: cleared exclusions of "
+                          f"{', '.join(done['cleared']) or 'no node'}")
+        return
     j = _call("GET", f"/jobs/{job_id}")
     if as_json:
         print(json.dumps(j))
@@ -184,6 +195,15 @@ def job(job_id: int, as_json: bool = JsonOpt) -> None:
         t.add_row(str(a["number"]), a["state"], nodes, str(a["exit_code"]),
                   a.get("failure_kind") or "", a.get("resumed_from") or "")
     console.print(t)
+    if j.get("excluded_nodes"):
+        x = Table(title="excluded nodes (grace job N --clear-exclusions lifts them)")
+        for col in ("node", "why", "until"):
+            x.add_column(col)
+        for ex in j["excluded_nodes"]:
+            until = ("back in service" if ex.get("until") is None else
+                     time.strftime("%m-%d %H:%M", time.localtime(ex["until"])) + " or back")
+            x.add_row(ex["node"], ex.get("reason") or "", until)
+        console.print(x)
     if j.get("progress"):
         p = Table(title="progress (newest heartbeat per rank)")
         for col in ("rank", "node", "step", "loss", "tokens/s", "phases (s per step)"):
@@ -237,12 +257,18 @@ def nodes(as_json: bool = JsonOpt) -> None:
     if as_json:
         print(json.dumps(rows))
         return
+    if any(n.get("breaker_open") for n in rows):
+        b = _call("GET", "/health/breaker")
+        console.print(f"[bold red]automatic draining is stopped[/bold red]: {b.get('message', '')}"
+                      "\n(reset it with: grace resume --reset-breaker)")
     t = Table(title="nodes")
-    for col in ("name", "gpu", "gpus", "state", "reason", "by"):
+    for col in ("name", "gpu", "gpus", "state", "reason", "by", "jobs kept off"):
         t.add_column(col)
     for n in rows:
-        t.add_row(n["name"], n["gpu_model"], str(n["gpus"]), n["state"], n["reason"] or "",
-                  n["actor"] or "")
+        kept = ", ".join(str(e["job"]) for e in n.get("excluded_nodes") or ())
+        state = n["state"] + (" (lemon)" if n.get("lemon") else "")
+        t.add_row(n["name"], n["gpu_model"], str(n["gpus"]), state, n["reason"] or "",
+                  n["actor"] or "", kept)
     console.print(t)
 
 
@@ -256,10 +282,29 @@ def drain(node: str, reason: str = typer.Option(..., "--reason"),
     print(json.dumps(out)) if as_json else console.print(f"{node} drained: {reason}")
 
 
-def resume(node: str, as_json: bool = JsonOpt) -> None:
-    """Return a drained node to service."""
-    out = _call("POST", f"/nodes/{node}/resume")
-    print(json.dumps(out)) if as_json else console.print(f"{node} back in service")
+def resume(node: str = typer.Argument("", help="the node to return to service"),
+           diagnose: bool = typer.Option(
+               False, "--diagnose", help="return it only after it passes a level-3 diagnostic"),
+           reset_breaker: bool = typer.Option(
+               False, "--reset-breaker", help="re-enable automatic draining (no node needed)"),
+           as_json: bool = JsonOpt) -> None:
+    """Return a drained node to service (now, or after a diagnostic with --diagnose)."""
+    actor = os.environ.get("USER", "cli")
+    if reset_breaker:
+        out = _call("POST", "/health/breaker/reset", params={"actor": actor})
+        print(json.dumps(out)) if as_json else console.print("automatic draining re-enabled")
+        if not node:
+            return
+    if not node:
+        raise typer.BadParameter("name the node to resume (or use --reset-breaker)",
+                                 param_hint="NODE")
+    out = _call("POST", f"/nodes/{node}/resume", params={"actor": actor, "diagnose": diagnose})
+    if as_json:
+        print(json.dumps(out))
+    elif out["state"] == "diagnosing":
+        console.print(f"{node} is being diagnosed; it returns when it passes")
+    else:
+        console.print(f"{node} back in service")
 
 
 def inject(job_id: int,

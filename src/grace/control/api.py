@@ -176,6 +176,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                 "detail": a.detail, "resumed_from": a.resumed_from} for a in job.attempts]
             out["events"] = [{"at": e.at, "kind": str(e.kind), "detail": e.detail}
                              for e in repo.events(s, job_id)]
+            out["excluded_nodes"] = exclusions.describe(job, _now())
+            out["launch_failures"] = job.launch_failures
             number = job.attempts_count
         adir = dirs().attempt(job_id, number)
         out["progress"] = {}
@@ -185,6 +187,13 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             except (OSError, ValueError):
                 continue
         return out
+
+    @app.post("/jobs/{job_id}/clear-exclusions")
+    def clear_exclusions(job_id: int, actor: str = "api") -> dict[str, Any]:
+        """An operator lets a job use every node again (it was moved off or failed on some)."""
+        with store.transaction() as s:
+            nodes = exclusions.clear(s, _get(s, job_id), actor, _now())
+        return {"job": job_id, "cleared": nodes}
 
     @app.post("/jobs/{job_id}/cancel")
     def cancel(job_id: int) -> dict[str, Any]:

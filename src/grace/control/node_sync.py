@@ -6,10 +6,10 @@ update state=drain``), as does Slurm itself (a node that stops answering goes
 drains, or each would schedule onto nodes the other took out. Each reconcile
 cycle compares the two and moves whichever is behind:
 
-- out in Slurm, for a reason that is not Grace's -> ``draining`` in Grace, actor
-  ``slurm``, with Slurm's state and reason (its jobs finish or fail as Slurm
+- out in Slurm, for a reason that is not Grace's -> ``draining`` in Grace, held
+  by ``slurm``, with Slurm's state and reason (its jobs finish or fail as Slurm
   decides; the reconciler makes it ``drained`` when they have left);
-- back in service in Slurm, and out in Grace only because of Slurm (actor
+- back in service in Slurm, and out in Grace only because of Slurm (held by
   ``slurm``) -> ``returned`` in Grace;
 - out in Grace (signal, API or CLI drain) but in service in Slurm -> drained in
   Slurm with Grace's reason, prefixed ``grace:`` so the next cycle knows it is ours;
@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from grace.control.node_health import HealthConfig, load_monitor, save_monitor
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
+from grace.core.health import IN_SERVICE, NodeState
 
 log = logging.getLogger("grace.node_sync")
 
-IN_SERVICE = {"healthy", "degraded", "returned"}
-OUT = {"draining", "drained", "diagnosing"}
 #: The actor Grace records for moves it copies from the executing system.
 EXTERNAL_ACTOR = "slurm"
 
@@ -38,11 +38,14 @@ EXTERNAL_ACTOR = "slurm"
 def _described(node: Any) -> str:
     flags = "+".join(sorted(node.flags))
     state = f"{node.state}+{flags}" if flags else node.state
-    return f"{EXTERNAL_ACTOR}: {state}" + (f": {node.reason}" if node.reason else "")
+    return state + (f": {node.reason}" if node.reason else "")
 
 
-def sync_node_states(store: Store, backend: Any, now: float) -> None:
-    """One comparison, both directions (see the module docstring)."""
+def sync_node_states(store: Store, backend: Any, now: float,
+                     health: HealthConfig | None = None) -> None:
+    """One comparison, both directions (see the module docstring). Moves copied from the
+    executing system go through ``core.health``'s monitor like an operator's: a drain in
+    Slurm is a drain by ``slurm``, a return there a forced return by ``slurm``."""
     if "node_states" not in getattr(backend, "capabilities", ()):
         return
     try:
@@ -53,21 +56,25 @@ def sync_node_states(store: Store, backend: Any, now: float) -> None:
     to_drain: list[tuple[str, str]] = []
     to_resume: list[str] = []
     with store.transaction() as s:
+        monitor = load_monitor(s, health or HealthConfig(), now)
+        was_open = monitor.breaker_open
         for row in repo.nodes(s):
             ext = external.get(row.name)
             if ext is None:
                 continue
-            state = str(row.state)
+            state = NodeState(row.state)
             if ext.out_of_service and not ext.drained_by_grace:
                 if state in IN_SERVICE:
-                    repo.set_node_state(s, row.name, "draining", _described(ext), EXTERNAL_ACTOR, now)
-            elif not ext.out_of_service and row.actor == EXTERNAL_ACTOR and state in ("draining", "drained"):
-                repo.set_node_state(s, row.name, "returned", f"{EXTERNAL_ACTOR}: back in service",
-                                    EXTERNAL_ACTOR, now)
-            elif state in OUT and row.actor != EXTERNAL_ACTOR and not ext.out_of_service:
+                    monitor.drain(row.name, _described(ext), EXTERNAL_ACTOR, now)
+            elif not ext.out_of_service and row.holder == EXTERNAL_ACTOR and state in (
+                    NodeState.DRAINING, NodeState.DRAINED):
+                monitor.undrain(row.name, EXTERNAL_ACTOR, now, force=True)
+            elif state not in IN_SERVICE and row.holder != EXTERNAL_ACTOR \
+                    and not ext.out_of_service:
                 to_drain.append((row.name, row.reason or "drained by Grace"))
             elif state in IN_SERVICE and ext.out_of_service and ext.drained_by_grace:
                 to_resume.append(row.name)
+        save_monitor(s, monitor, was_open, now)
     # a refused update (no operator rights, slurmctld busy) must not end the cycle:
     # Grace already stopped placing there, and the next cycle tries again
     for name, reason in to_drain:

@@ -141,9 +141,14 @@ class Reconciler:
         for obs in self.backend.poll():
             self.observer.observe(obs, now, report)
         self.health.cycle(now)
-        sync_node_states(self.store, self.backend, now)  # Slurm's own node states, both ways
+        # Slurm's own node states, both ways
+        sync_node_states(self.store, self.backend, now, self.health.config)
         self.watches.cycle(now)
         self.applier.cancellations(now)
+        if self.ends.sent:  # a backend that ended them at once: record it before deciding,
+            self.ends.sent = 0  # as the twin fails a node's jobs in the instant it fails
+            for obs in self.backend.poll():
+                self.observer.observe(obs, now, report)
         view = self.views.build(now)
         self.applier.unrunnable(view, now)
         self._burst(view.state, view.reasons, now)

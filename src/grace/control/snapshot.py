@@ -7,7 +7,7 @@ after submission. The cache is only a cache; the store stays the truth.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,10 @@ class JobCompiler:
             del self._cache[key]
 
 
+#: A live attempt for ``build_state``: (job, placement, started at[, borrowing]).
+RunningEntry = tuple[PendingJob, Placement, float] | tuple[PendingJob, Placement, float, bool]
+
+
 class DemandTracker:
     """The request mix of fragmentation-aware packing, kept across cycles.
 
@@ -129,9 +133,9 @@ class DemandTracker:
 
 
 def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuota],
-                running: list[tuple[PendingJob, Placement, float]],
+                running: Sequence[RunningEntry],
                 pending: list[PendingJob], unusable_nodes: set[str],
-                ending: Iterable[tuple[PendingJob, Placement, float]] = (),
+                ending: Iterable[RunningEntry] = (),
                 preemptions: dict[str, list[float]] | None = None,
                 demand: DemandModel | None = None) -> SchedulerState:
     """A fresh SchedulerState: running gangs allocated, waiting jobs queued, drained nodes out.
@@ -147,13 +151,13 @@ def build_state(topo: Topology, policy: QueuePolicy, quotas: dict[str, TenantQuo
     for node in unusable_nodes:
         if node in topo.by_name:
             state.set_node_usable(topo.by_name[node], False)
-    for job, placement, started_at in running:
+    for job, placement, started_at, *borrowing in running:
         state.submit(job)
-        state.start(JobId(job.id), placement, started_at)
-    for job, placement, started_at in ending:
+        state.start(JobId(job.id), placement, started_at, bool(borrowing and borrowing[0]))
+    for job, placement, started_at, *borrowing in ending:
         if _free(state.capacity, placement):
             state.submit(job)
-            state.start(JobId(job.id), placement, started_at)
+            state.start(JobId(job.id), placement, started_at, bool(borrowing and borrowing[0]))
     for job in pending:
         state.submit(job)
     return state

@@ -10,9 +10,9 @@ Layout under the checkpoint root (``$GRACE_CHECKPOINT_DIR``)::
     .staging/step-000000130-a1-7/   a save in progress (never read)
     .corrupt/step-000000110/   a checkpoint that failed verification, set aside
 
-A checkpoint exists iff ``step-<9 digits>/MANIFEST.json`` exists: the reconciler
-(``_latest_checkpoint``) and :func:`committed` agree on that, and names sort
-by step. The commit protocol:
+A checkpoint exists iff ``step-<9 digits>/MANIFEST.json`` exists: the control
+plane (``grace.control.live.files.latest_checkpoint``) and :func:`committed`
+agree on that, and names sort by step. The commit protocol:
 
 1. every rank writes its shards into the staging directory (DCP, files fsynced);
 2. every rank hashes the files it wrote (sha256, fsync) and the hashes are

@@ -73,7 +73,7 @@ class Applier:
                               f"preempted ({p.reason}) for job {p.for_job}",
                               JobEventKind.PREEMPTED)
         for start in result.starts:
-            self.start(view.pending[start.job_id], start.placement, now, report)
+            self.start(view.pending[start.job_id], start.placement, now, report, start.borrowing)
         self.record_reasons(result, view)
 
     def _end(self, s, job_id: int, now: float, cause: EndCause, to: JobState, reason: str,
@@ -88,7 +88,7 @@ class Applier:
             self.ends.request(live, cause, now, None, reason)
 
     def start(self, pj: PendingJob, placement: Placement, now: float,
-              report: CycleReport) -> None:
+              report: CycleReport, borrowing: bool = False) -> None:
         gang = placement_to_nodes(self.ctx.topo, placement)
         dirs = self.ctx.dirs
         with self.ctx.store.transaction() as s:
@@ -99,6 +99,7 @@ class Applier:
             attempt = repo.start_attempt(s, job, [g.to_json() for g in gang], self.ctx.backend.name,
                                          None, now, resumed_from=latest_checkpoint(workdir))
             number = attempt.number
+            attempt.borrowing = borrowing
             spec = dict(job.spec_json)
             env = dict(spec.get("env") or {})
             interval = choose_interval(max(pj.gpu_equivalents, 1.0), self.ctx.settings.checkpoint_s,

@@ -31,6 +31,7 @@ class EndRequests:
     def __init__(self, ctx: LiveContext) -> None:
         self.ctx = ctx
         self._outbox: list[tuple[int, int, float]] = []
+        self.sent = 0  # cancels sent since the reconciler last looked
 
     def request(self, attempt: Attempt, cause: EndCause, now: float, node: str | None = None,
                 detail: str = "", grace_s: float | None = None) -> bool:
@@ -50,6 +51,7 @@ class EndRequests:
     def send(self) -> None:
         """Tell the backend, after the requests are committed (call outside a transaction)."""
         outbox, self._outbox = self._outbox, []
+        self.sent += len(outbox)
         for job_id, number, grace in outbox:
             try:
                 self.ctx.backend.cancel(job_id, number, grace_s=grace)

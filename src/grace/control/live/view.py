@@ -77,7 +77,8 @@ class ViewBuilder:
                     continue
                 holding.add(a.job_id)
                 (running if a.job.state == JobState.RUNNING else ending).append(
-                    (pj, nodes_to_placement(self.ctx.topo, a.placement_json), a.started_at or now))
+                    (pj, nodes_to_placement(self.ctx.topo, a.placement_json),
+                     a.started_at or now, bool(a.borrowing)))
             pending: dict[JobId, PendingJob] = {}
             reasons: dict[int, str | None] = {}
             for job in repo.jobs_in_states(s, [JobState.PENDING]):

@@ -309,6 +309,9 @@ class Attempt(Base):
     end_detail: Mapped[str | None] = mapped_column(Text)
     end_requested_at: Mapped[float | None]
     end_grace_s: Mapped[float | None]  # SIGTERM to SIGKILL
+    # core started it above its tenant's guarantee (StartJob.borrowing): quota reclaim may
+    # preempt it; a snapshot that forgot it would never give the GPUs back
+    borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

@@ -13,7 +13,8 @@
 - ``jobs.launch_failures``: launches the backend refused, against a budget;
 - ``attempts.end_*``: an end the control plane asked for (a hang, a bad node,
   a move, a cancel) and why, so the request survives a restart and a worker,
-  not the cycle, waits for the processes to exit.
+  not the cycle, waits for the processes to exit; ``attempts.borrowing``: core
+  started it on GPUs above its tenant's guarantee (what quota reclaim preempts).
 
 ``jobs.exclude_nodes`` entries become objects ``{node, reason, cause, at,
 until}`` (were plain names) so an exclusion can say why and heal.
@@ -103,6 +104,8 @@ def upgrade() -> None:
         b.add_column(sa.Column("end_detail", sa.Text(), nullable=True))
         b.add_column(sa.Column("end_requested_at", sa.Double(), nullable=True))
         b.add_column(sa.Column("end_grace_s", sa.Double(), nullable=True))
+        b.add_column(sa.Column("borrowing", sa.Boolean(), nullable=False,
+                               server_default=sa.false()))
     # a drained node's holder was its actor; plain-name exclusions become objects
     bind = op.get_bind()
     bind.execute(sa.text("UPDATE nodes SET holder = actor WHERE state NOT IN "
@@ -121,7 +124,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("attempts") as b:
-        for c in ("end_grace_s", "end_requested_at", "end_detail", "end_node", "end_cause"):
+        for c in ("borrowing", "end_grace_s", "end_requested_at", "end_detail", "end_node", "end_cause"):
             b.drop_column(c)
     with op.batch_alter_table("jobs") as b:
         b.drop_column("launch_failures")
