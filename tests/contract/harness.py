@@ -170,7 +170,6 @@ def run_twin(sc: Scenario) -> Trace:
     assert sim.health is not None
     sim.health.breaker, sim.health.lemon_rule = breaker, lemons
     for s in sc.signals:
-        kind, _, code = s.signal.partition(":")
         cause = FailureCause(f"scripted {s.signal}", 1, True, s.signal)
         sim.events.push(s.at, EventKind.NODE_FAIL, NodeFailure(s.at, topo.by_name[s.node], cause))
     sim.run()

@@ -74,7 +74,8 @@ def test_a_down_node_is_taken_out_too(store: Store) -> None:
     table = setup(store)
     table.nodes["n1"] = node("n1", state="down", flags=("NOT_RESPONDING",), reason="Not responding")
     sync_node_states(store, table, 1.0)
-    assert states(store)["n1"] == ("draining", "slurm", "drained by slurm: down+NOT_RESPONDING: Not responding")
+    assert states(store)["n1"] == ("draining", "slurm",
+                                   "drained by slurm: down+NOT_RESPONDING: Not responding")
 
 
 def test_graces_drain_reaches_slurm_with_its_reason_and_its_resume_too(store: Store) -> None:
