@@ -48,7 +48,8 @@ class Rig:
     @property
     def api(self) -> TestClient:
         if self._api is None:
-            self._api = TestClient(create_app(self.store, self.topo, self.state_dir))
+            self._api = TestClient(create_app(self.store, self.topo, self.state_dir,
+                                              clock=self.clock))
         return self._api
 
     def submit(self, name: str = "job", gpus: float | None = 1, **kw) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 def create_app(store: Store, topo: Topology, state_dir: Path,
                reconciler: Any = None, backend: Any = None,
                leadership: Leadership | None = None,
-               health: HealthConfig | None = None) -> FastAPI:
+               health: HealthConfig | None = None,
+               clock: Callable[[], float] = time.time) -> FastAPI:
     """The app over ``store``; ``leadership`` (from ``grace up``) adds the leader's view to
     /healthz and refuses writes while this process stands by. Without it (tests, tools)
     the app neither knows nor guards a role."""
@@ -148,7 +150,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         except JobCompileError as e:
             raise HTTPException(422, detail=[{"field": "gpus", "message": str(e)}]) from e
         with store.transaction() as s:
-            job = repo.add_job(s, spec, _now())
+            job = repo.add_job(s, spec, clock())
             return {"id": job.id, "state": str(job.state)}
 
     @app.get("/jobs")
@@ -176,7 +178,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                 "detail": a.detail, "resumed_from": a.resumed_from} for a in job.attempts]
             out["events"] = [{"at": e.at, "kind": str(e.kind), "detail": e.detail}
                              for e in repo.events(s, job_id)]
-            out["excluded_nodes"] = exclusions.describe(job, _now())
+            out["excluded_nodes"] = exclusions.describe(job, clock())
             out["launch_failures"] = job.launch_failures
             number = job.attempts_count
         adir = dirs().attempt(job_id, number)
@@ -192,7 +194,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     def clear_exclusions(job_id: int, actor: str = "api") -> dict[str, Any]:
         """An operator lets a job use every node again (it was moved off or failed on some)."""
         with store.transaction() as s:
-            nodes = exclusions.clear(s, _get(s, job_id), actor, _now())
+            nodes = exclusions.clear(s, _get(s, job_id), actor, clock())
         return {"job": job_id, "cleared": nodes}
 
     @app.post("/jobs/{job_id}/cancel")
@@ -202,7 +204,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
                              JobState.DIVERGED):
                 raise HTTPException(409, detail=f"job {job_id} already ended ({job.state})")
-            repo.request_cancel(s, job_id, _now())
+            repo.request_cancel(s, job_id, clock())
             return {"id": job_id, "cancel_requested": True}
 
     @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
@@ -248,7 +250,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         if body.fault == "node-unhealthy":
             if reconciler is None:
                 raise HTTPException(503, detail="no reconciler in this process")
-            reconciler.signal(Signal(nodes[0], SignalKind.XID, _now(), 79,
+            reconciler.signal(Signal(nodes[0], SignalKind.XID, clock(), 79,
                                      f"injected into job {job_id}"))
             return {"job": job_id, "fault": body.fault, "node": nodes[0]}
         if backend is None or "inject" not in getattr(backend, "capabilities", ()):
@@ -270,13 +272,13 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             raise HTTPException(422, detail=[{"field": "kind", "message": f"unknown signal; use "
                                               f"one of {[k.value for k in SignalKind]}"}]) from e
         with store.transaction() as s:
-            repo.add_signal(s, name, kind.value, _now(), body.code, body.detail, "api")
+            repo.add_signal(s, name, kind.value, clock(), body.code, body.detail, "api")
         return {"node": name, "signal": kind.value, "code": body.code}
 
     @app.get("/nodes")
     def nodes() -> list[dict[str, Any]]:
         """Every node with its health memory and the jobs kept off it (``excluded_nodes``)."""
-        now = _now()
+        now = clock()
         with store.read() as s:
             kept_off: dict[str, list[dict[str, Any]]] = {}
             for job in repo.jobs_in_states(s, [JobState.PENDING, JobState.RUNNING]):
@@ -332,7 +334,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     def _with_monitor(act: Any, evict: tuple[str, str] | None = None) -> None:
         """Apply an operator action through ``core.health``'s monitor, loaded from and saved
         to the store in one transaction (what the reconciler does with signals)."""
-        now = _now()
+        now = clock()
         try:
             with store.transaction() as s:
                 monitor = load_monitor(s, health_config, now)
@@ -348,7 +350,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     @app.get("/tenants")
     def tenants() -> list[dict[str, Any]]:
         with store.transaction() as s:
-            hours = repo.gpu_hours_by_tenant(s, _now())
+            hours = repo.gpu_hours_by_tenant(s, clock())
             return [{"name": t.name, "guaranteed_gpus": t.guaranteed_gpus,
                      "borrow_limit_gpus": t.borrow_limit_gpus, "weight": t.weight,
                      "preemptions_per_hour": t.preemptions_per_hour,
@@ -359,7 +361,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         """Per tenant and job: GPU-hours allocated and useful, hours lost, cost (docs/cost.md)."""
         from grace.cost.showback_live import live_showback
 
-        return live_showback(store, topo, state_dir, _now(), since)
+        return live_showback(store, topo, state_dir, clock(), since)
 
     @app.put("/tenants/{name}")
     def set_quota(name: str, body: QuotaRequest) -> dict[str, Any]:
