@@ -324,17 +324,17 @@ def test_a_leader_that_lost_its_lease_stops_its_loop_at_once_and_stands_by(
     # another control plane takes the lease from under it (a was paused past its TTL, say)
     usurper = LeaderLease(second, "host-c:3")
     assert usurper.try_acquire(time.time(), force=True)
-    wait_for(lambda: not a.leadership.leading, timeout=2)
+    standby = {"role": "standby", "leader": "host-c:3", "epoch": 2}
+    wait_for(lambda: a.leadership.health() == standby, timeout=2)  # standby first, then who
     assert a.keeper.loop is None and a.store.fence is None
-    assert a.leadership.health() == {"role": "standby", "leader": "host-c:3", "epoch": 2}
     assert a.said[-1].startswith("standby: leader is host-c:3 since ")
     polls = a.backend.polls
     time.sleep(0.5)
     assert a.backend.polls == polls  # no cycle since
     # and once that leader goes away, a leads again, in a new term
     assert usurper.release(time.time())
-    wait_for(lambda: a.leadership.leading, timeout=2)
-    assert a.leadership.health() == {"role": "leader", "leader": "host-a:1", "epoch": 3}
+    wait_for(lambda: a.leadership.health() == {"role": "leader", "leader": "host-a:1",
+                                               "epoch": 3}, timeout=2)
 
 
 def test_a_fenced_cycle_stops_the_loop_without_waiting_for_the_next_renewal(
