@@ -473,7 +473,8 @@ def _stop_on(handler: _Handler) -> dict[int, _Handler]:
 
 def _restore(previous: dict[int, _Handler]) -> None:
     for sig, handler in previous.items():
-        signal.signal(sig, handler)
+        if handler is not None:  # None: not set from Python; nothing to put back
+            signal.signal(sig, handler)
 
 
 def _already_stopping(signum: int, _frame: FrameType | None) -> None:
