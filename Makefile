@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
@@ -41,4 +45,4 @@ bench: $(STAMP)
 	fi
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache
+	rm -rf $(VENV) out .pytest_cache .ruff_cache .mypy_cache

@@ -154,7 +154,7 @@ def compile_job(
                     "mig_gpus_per_node on a node group"
                 )
         else:
-            models = tuple(m for m in models if m in slices)
+            models = [m for m in models if m in slices]
     if not slices:
         whole = WholeRequest(int(spec.gpus), spec.gpus_per_node)
         biggest = topo.max_node_gpus

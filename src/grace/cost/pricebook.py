@@ -19,7 +19,7 @@ import copy
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -233,7 +233,7 @@ def default_data() -> dict[str, Any]:
     return data
 
 
-def _is_figure(data: Any) -> bool:
+def _is_figure(data: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(data, dict) and "value" in data
 
 

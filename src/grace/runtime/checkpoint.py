@@ -296,7 +296,7 @@ def _cached_stager() -> Any:
         def close(self) -> None:
             self._cache = None
 
-    return _CachedStager()
+    return _CachedStager()  # type: ignore[abstract]  # staging is synchronous: nothing to wait for
 
 
 class _Group:
@@ -574,10 +574,10 @@ class Checkpointer:
                 "job_uid": self.job_uid,
                 **self.meta,
             }
-            with open(job.tmp / MANIFEST, "w") as f:
-                json.dump(manifest, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
+            with open(job.tmp / MANIFEST, "w") as out:
+                json.dump(manifest, out, indent=1)
+                out.flush()
+                os.fsync(out.fileno())
             fsync_dir(job.tmp)
             final = self.root / step_dirname(job.step)
             if final.exists():  # the same step saved again (a resumed run passing it): replace

@@ -78,7 +78,9 @@ class DivergenceGuard:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self._history.clear()
-        self._history.extend(float(x) for x in state.get("history", []))  # type: ignore[union-attr]
+        history = state.get("history", [])
+        if isinstance(history, list):
+            self._history.extend(float(x) for x in history)
         self.streak = int(state.get("streak", 0))  # type: ignore[call-overload]
 
     def check(self, loss: float) -> Verdict:

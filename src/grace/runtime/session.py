@@ -387,4 +387,4 @@ def save_params(model: Any, path: str | Path) -> None:
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in sd.items()}, path)
+        torch.save({k: v.detach().cpu() for k, v in sd.items()}, path)  # type: ignore[union-attr]

@@ -223,7 +223,8 @@ class Simulation:
                 elif kind == EventKind.NODE_FAIL:
                     self._node_failed(payload, now)
                 elif kind == EventKind.NODE_RETURN:
-                    self._diagnostic_done(*payload, now)
+                    node, level = payload
+                    self._diagnostic_done(node, level, now)
             if self.cloud is not None:
                 self._apply_cloud_effects(self.cloud.due(now, self.node_jobs), now)
             result = decide(state, now)

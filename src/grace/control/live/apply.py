@@ -154,8 +154,8 @@ class Applier:
         with self.ctx.store.transaction() as s:
             # one query for them all, not one per job (held: the session only keeps weak refs)
             loaded = repo.jobs_in_states(s, [JobState.PENDING]) if len(changed) > 20 else []
-            for jid, reason in changed.items():
-                repo.set_pending_reason(s, jid, reason)
+            for job_id, why in changed.items():
+                repo.set_pending_reason(s, job_id, why)
             del loaded
 
 

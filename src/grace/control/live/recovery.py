@@ -28,7 +28,7 @@ def recover(ctx: LiveContext, ends: EndRequests) -> list[int]:
     backend = ctx.backend
     with ctx.store.read() as s:
         attempts = [(a.job_id, a.number, a.handle or "") for a in repo.running_attempts(s)]
-    recorded = getattr(backend, "recorded_handles", dict)()
+    recorded: dict[tuple[int, int], str] = getattr(backend, "recorded_handles", dict)()
     requeued: list[int] = []
     for job_id, number, handle in attempts:
         handle = handle or recorded.get((job_id, number), "")

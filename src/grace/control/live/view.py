@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from grace.control.live.context import LiveContext
-from grace.control.snapshot import DemandTracker, build_state, nodes_to_placement
+from grace.control.snapshot import DemandTracker, RunningEntry, build_state, nodes_to_placement
 from grace.control.store import exclusions
 from grace.control.store import repository as repo
 from grace.control.store.models import Job, JobState
@@ -65,7 +65,8 @@ class ViewBuilder:
             unusable = {n.name for n in repo.nodes(s) if NodeState(n.state) not in IN_SERVICE}
             # every live attempt holds its GPUs, even one whose job was just preempted or
             # stopped and whose processes are still ending; such a job waits for them
-            running, ending = [], []
+            running: list[RunningEntry] = []
+            ending: list[RunningEntry] = []
             holding: set[int] = set()
             unplaceable: list[tuple[int, int]] = []
             for a in repo.running_attempts(s):
