@@ -205,6 +205,14 @@ def job_dir(state_dir: Path, job_id: int) -> Path:
     found = sorted((Path(state_dir) / "jobs").glob(f"*-{job_id}"))
     if len(found) > 1:
         raise AssertionError(f"several stores' job {job_id} under {state_dir}: {found}")
-    if not found:
-        raise AssertionError(f"no directory for job {job_id} under {state_dir} (not launched?)")
-    return found[0]
+    if found:
+        return found[0]
+    # not launched yet: where it will be, from the store's id (grace up's default SQLite file)
+    import sqlite3
+
+    db = Path(state_dir) / "grace.sqlite"
+    if not db.exists():
+        raise AssertionError(f"no directory for job {job_id} under {state_dir} and no store")
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (store_id,) = conn.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()
+    return Path(state_dir) / "jobs" / f"{store_id[:12]}-{job_id}"

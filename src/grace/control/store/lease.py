@@ -142,10 +142,13 @@ class LeaderLease:
         """``INSERT ... ON CONFLICT DO NOTHING``: a row that appeared meanwhile wins, no error
         (a failed plain INSERT would abort a PostgreSQL transaction)."""
         dialect = conn.dialect.name
-        insert = {"sqlite": sqlite_insert, "postgresql": pg_insert}.get(dialect)
-        if insert is None:
-            raise NotImplementedError(f"no leader lease on {dialect!r}; use SQLite or PostgreSQL")
-        return insert(_LEASES).values(**values).on_conflict_do_nothing(index_elements=["name"])
+        if dialect == "sqlite":
+            return sqlite_insert(_LEASES).values(**values).on_conflict_do_nothing(
+                index_elements=["name"])
+        if dialect == "postgresql":
+            return pg_insert(_LEASES).values(**values).on_conflict_do_nothing(
+                index_elements=["name"])
+        raise NotImplementedError(f"no leader lease on {dialect!r}; use SQLite or PostgreSQL")
 
     def renew(self, now: float) -> bool:
         """Extend the lease by a TTL from ``now``; False if it is no longer ours (holder or
