@@ -102,7 +102,9 @@ def test_an_unhealthy_node_is_drained_and_the_job_resumes_elsewhere(server: Serv
     assert bad not in {n["node"] for n in done["attempts"][1]["nodes"]}
     assert done["attempts"][1]["resumed_from"]
     node = next(n for n in server.get("/nodes") if n["name"] == bad)
-    assert node["state"] in ("draining", "drained") and "xid:79" in node["reason"]
+    # Grace drained it, so it is diagnosed (level 2, then 3) before it may return
+    assert node["state"] in ("draining", "drained", "diagnosing") and node["holder"] == "grace"
+    assert node["state"] != "returned"
 
 
 def test_a_hung_rank_is_detected_by_missing_heartbeats_and_restarted(server: Server):
