@@ -151,7 +151,9 @@ class LiveBursting:
 
         def reason_of(job: PendingJob) -> PendingReason | None:
             r = reasons.get(int(job.id))
-            return PendingReason(r) if r in PendingReason._value2member_map_ else None
+            if r is None or r not in PendingReason._value2member_map_:
+                return None
+            return PendingReason(r)
 
         decisions = plan_bursts(state, self.plan, self.fleet, reason_of, now, self.traits)
         for p in decisions.provision:

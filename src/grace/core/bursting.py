@@ -454,7 +454,5 @@ def requeue_with_pools(state: SchedulerState, job_id: JobId, pools: tuple[str, .
     """Carry out a ``RouteJob``: withdraw the waiting job, set its pools and queue it again,
     since pools are part of its shape (the queue a job sits in is keyed by shape)."""
     job = state.withdraw(job_id)
-    job.pools = pools
-    job.shape = ()
-    job.__post_init__()
+    job.update(pools=pools)
     state.submit(job)

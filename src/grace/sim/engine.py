@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
 from grace.core.checkpoint import choose_interval
@@ -179,7 +179,7 @@ class Simulation:
                 self.unplaceable.append(tj)
                 continue
             if self.cloud is not None:
-                pj = replace(pj, pools=self.cloud.route(pj), shape=())
+                pj = pj.reshaped(pools=self.cloud.route(pj))
             self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
 
