@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -134,23 +135,33 @@ def processes_of(workdir: Path, running: str = "", attempt: int | None = None) -
 # ---------------------------------------------------------------- fast: nothing launched
 
 
-def ranks_of(workdir: Path, attempt: int | None = None) -> list[int]:
+def _ignores_sigterm(pid: int) -> bool:
+    """SIGTERM is set to SIG_IGN (bit 15 of /proc's SigIgn mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+
+def ranks_of(workdir: Path, attempt: int | None = None, ignoring_term: bool = False) -> list[int]:
     """The job's own ``python -c`` processes: not the wrappers (agent, torchrun, rank shim),
-    whose command lines hold the code too, but only after other arguments."""
+    whose command lines hold the code too, but only after other arguments. With
+    ``ignoring_term``, only those already ignoring SIGTERM (STUBBORN past its first line:
+    before it, a SIGTERM still kills it, and the test would prove nothing)."""
     found = []
     for pid in processes_of(workdir, attempt=attempt):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if len(argv) > 2 and argv[1] == b"-c" and (not ignoring_term or _ignores_sigterm(pid)):
+                found.append(pid)
         except OSError:
             continue
-        if len(argv) > 2 and argv[1] == b"-c":
-            found.append(pid)
     return found
 
 
-def wait_for_ranks(workdir: Path, count: int, attempt: int | None = None, timeout: float = 60.0) -> None:
+def wait_for_ranks(workdir: Path, count: int, attempt: int | None = None, timeout: float = 60.0,
+                   ignoring_term: bool = False) -> None:
     deadline = time.monotonic() + timeout
-    while len(ranks_of(workdir, attempt=attempt)) < count:
+    while len(ranks_of(workdir, attempt=attempt, ignoring_term=ignoring_term)) < count:
         assert time.monotonic() < deadline, f"the {count} ranks never started"
         time.sleep(0.2)
 
@@ -256,7 +267,7 @@ def test_cancel_sigkills_what_ignores_sigterm_after_the_grace(kit: Kit, tmp_path
     b = kit.make()
     spec = spec_for(tmp_path, STUBBORN, kit.one)
     b.launch(spec)
-    wait_for_ranks(spec.workdir, 1)
+    wait_for_ranks(spec.workdir, 1, ignoring_term=True)
     grace = 4.0
     started = time.monotonic()
     b.cancel(1, 1, grace_s=grace)
