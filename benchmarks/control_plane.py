@@ -76,7 +76,7 @@ class NoopBackend:
     """Launches nothing; every attempt it was given runs until cancelled."""
 
     name = "noop"
-    capabilities = frozenset({"launch", "cancel", "poll", "adopt"})
+    capabilities = frozenset({"launch", "cancel", "poll", "adopt", "reap"})
 
     def __init__(self, cluster: ClusterSpec) -> None:
         self.cluster = cluster
@@ -103,6 +103,10 @@ class NoopBackend:
 
     def drain(self, node: str, reason: str) -> None:
         pass
+
+    def reap(self, job_id: int, attempt: int, workdir: Path) -> int:
+        self.live.discard((job_id, attempt))
+        return 0
 
 
 # ---------------------------------------------------------------- the store

@@ -84,6 +84,10 @@ def test_a_valid_job_is_stored_pending_and_returns_its_id(api: Api) -> None:
     ({"nodes": 2}, "nodes", "together"),
     ({"runtime_estimate": "2h"}, "runtime_estimate", "longer than runtime_limit"),
     ({"gpus": 64}, "gpus", "lower gpus"),
+    # what a backend would refuse at every launch is refused at submit (issue 12)
+    ({"env": {"A=B": "1"}}, "env", "A=B"),
+    ({"env": {"BIG": "x" * 2**20}}, "env", "BIG"),
+    ({"command": ["python", "a\0b"]}, "command", "NUL"),
 ])
 def test_a_malformed_spec_is_refused_naming_the_field_and_nothing_is_stored(
         api: Api, change: dict[str, Any], field: str, words: str) -> None:

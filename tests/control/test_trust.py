@@ -204,3 +204,46 @@ def test_a_finished_attempt_reported_lost_after_a_restart_is_not_a_failure_of_th
     rig.backend.finish(jid, AttemptStatus.SUCCEEDED)
     rig.cycle()
     assert rig.job(jid).state is JobState.COMPLETED
+
+
+# ---------------------------------------------------------------- crash mid-launch
+def test_an_attempt_whose_processes_survive_reap_holds_its_gpus_until_they_are_gone(
+        rig: Rig) -> None:
+    jid = rig.submit("cut-short", gpus=4, gpu_model=L40S)
+    rig.backend.crash_on_launch.add(jid)
+    from helpers import SimulatedCrash
+
+    with pytest.raises(SimulatedCrash):
+        rig.cycle()  # died after the attempt was recorded, before any handle
+    backend = ScriptedBackend(rig.spec)
+    backend.orphans[(jid, 1)] = 3  # processes no handle points to
+    backend.reap_fails.add(jid)
+    restarted(rig, backend)
+    assert rig.rec.recover() == []
+    other = rig.submit("wants-the-node", gpus=4, gpu_model=L40S)
+    rig.cycle()
+    assert rig.job(jid).attempts[0].is_live and rig.job(jid).state is JobState.RUNNING
+    assert rig.job(other).state is JobState.PENDING  # the GPUs are still held
+    backend.reap_fails.clear()
+    report = rig.cycle()
+    assert jid in report.requeued and backend.orphans == {}
+    assert rig.job(jid).attempts[0].state.value == "lost"
+    assert len(backend.reaps) >= 2
+
+
+def test_a_spec_the_backend_can_never_launch_fails_at_once(rig: Rig) -> None:
+    from grace.backends.base import LaunchSpecError
+
+    jid = rig.submit("never", gpus=1)
+    original = rig.backend.launch
+
+    def refuse(spec):  # type: ignore[no-untyped-def]
+        if spec.job_id == jid:
+            raise LaunchSpecError("job 1: env name 'A=B' is not a variable name")
+        return original(spec)
+
+    rig.backend.launch = refuse  # type: ignore[method-assign]
+    rig.cycle()
+    job = rig.job(jid)
+    assert job.state is JobState.FAILED and len(job.attempts) == 1
+    assert job.reason.startswith("launch-error: job 1: env name") and "not retried" in job.reason

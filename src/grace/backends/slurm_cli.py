@@ -92,7 +92,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 def _split_top(expr: str) -> list[str]:
     """Split on commas outside brackets."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "," and depth == 0:
             parts.append("".join(cur))

@@ -149,8 +149,8 @@ def cluster_spec(nodes: list[SlurmNode], switches: list[Switch], name: str = "sl
     leaf_of: dict[str, str] = {}
     for sw in sorted(switches, key=lambda s: s.name):
         if sw.level == 0:
-            for n in sw.nodes:
-                leaf_of.setdefault(n, sw.name)
+            for member in sw.nodes:
+                leaf_of.setdefault(member, sw.name)
     groups: dict[tuple[str, str, int, int, int], list[str]] = {}
     for n in chosen:
         shape = (catalog_gpu(n.gpu_type, default_gpu), n.gpus, n.cpus, n.memory_mb)

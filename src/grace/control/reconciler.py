@@ -35,7 +35,7 @@ from grace.control.live.context import LiveContext, LiveSettings, job_dirs
 from grace.control.live.ending import EndRequests
 from grace.control.live.health import HealthIntake
 from grace.control.live.observe import CycleReport, Observer
-from grace.control.live.recovery import recover
+from grace.control.live.recovery import recover, settle
 from grace.control.live.watches import Watches
 from grace.control.node_health import HealthConfig
 from grace.control.node_sync import sync_node_states
@@ -138,6 +138,9 @@ class Reconciler:
         self._ensure_nodes()
         report = CycleReport()
         now = self.clock()
+        for job_id, number in sorted(self.ctx.unreaped):
+            if settle(self.ctx, self.ends, job_id, number, now):
+                report.requeued.append(job_id)
         for obs in self.backend.poll():
             self.observer.observe(obs, now, report)
         self.health.cycle(now)

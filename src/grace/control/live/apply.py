@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from grace.backends.base import LaunchSpec, NodeAssignment
+from grace.backends.base import LaunchSpec, LaunchSpecError, NodeAssignment, ReapError
 from grace.control.live.context import LiveContext
 from grace.control.live.ending import EndRequests
 from grace.control.live.files import latest_checkpoint
@@ -112,6 +112,14 @@ class Applier:
                                 workdir=workdir, env=env, time_limit_s=pj.limit_s)
         try:
             handle = self.ctx.backend.launch(launch)
+        except LaunchSpecError as e:  # can never launch: retrying cannot help
+            log.error("job %s cannot be launched: %s", pj.id, e)
+            self._launch_failed(int(pj.id), number, str(e), now, final=True)
+            return
+        except ReapError as e:  # an earlier attempt's processes still hold the GPUs
+            log.error("job %s: not launched, an earlier attempt survives: %s", pj.id, e)
+            self._launch_failed(int(pj.id), number, str(e), now, counts=False)
+            return
         except Exception as e:
             log.exception("launch of job %s failed", pj.id)
             self._launch_failed(int(pj.id), number, str(e), now)
@@ -121,21 +129,28 @@ class Applier:
             repo.set_attempt_running(s, attempt_of(job, number), handle)
         report.started.append(int(pj.id))
 
-    def _launch_failed(self, job_id: int, number: int, message: str, now: float) -> None:
-        """The backend refused the launch: retried until the budget is spent, then failed."""
+    def _launch_failed(self, job_id: int, number: int, message: str, now: float,
+                       final: bool = False, counts: bool = True) -> None:
+        """The backend refused the launch: retried until the budget is spent (at once when
+        ``final``: the spec itself is unlaunchable), then failed. One that does not
+        ``count`` (an earlier attempt still ending) is only requeued."""
         budget = self.ctx.settings.launch_budget
         with self.ctx.store.transaction() as s:
             job = repo.require_job(s, job_id)
             repo.end_attempt(s, attempt_of(job, number), AttemptState.FAILED, now, None,
                              "launch", None, message)
-            job.launch_failures = (job.launch_failures or 0) + 1
+            job.launch_failures = (job.launch_failures or 0) + counts
+            if final:
+                job.launch_failures = max(job.launch_failures, budget)
             detail = {"attempt": number, "error": message[-500:],
                       "launch_failures": job.launch_failures, "budget": budget}
             repo.add_event(s, job_id, JobEventKind.LAUNCH_FAILED, now, detail)
             if job.launch_failures >= budget:
+                why = ("it can never be launched: not retried" if final else
+                       f"the backend refused {job.launch_failures} launches")
                 repo.set_job_state(s, job, JobState.FAILED, now,
-                                   f"{LAUNCH_ERROR}: {message} (the backend refused "
-                                   f"{job.launch_failures} launches)", JobEventKind.FAILED, detail)
+                                   f"{LAUNCH_ERROR}: {message} ({why})", JobEventKind.FAILED,
+                                   detail)
             else:
                 repo.set_job_state(s, job, JobState.PENDING, now,
                                    f"launch failed ({job.launch_failures} of {budget}): {message}",

@@ -72,6 +72,9 @@ class LiveContext:
     settings: LiveSettings = field(default_factory=LiveSettings)
     clock: Callable[[], float] = time.time
     compiler: JobCompiler = field(init=False)
+    # attempts whose processes survived reap(): held, retried each cycle (a cache: recovery
+    # after a restart finds them again as live attempts nothing can adopt)
+    unreaped: set[tuple[int, int]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.compiler = JobCompiler(self.topo)

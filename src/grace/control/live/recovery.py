@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from grace.backends.base import ReapError
 from grace.control.live.context import LiveContext
 from grace.control.live.ending import EndRequests
 from grace.control.live.observe import attempt_of
@@ -23,7 +24,12 @@ log = logging.getLogger("grace.reconciler")
 
 
 def recover(ctx: LiveContext, ends: EndRequests) -> list[int]:
-    """Adopt live attempts, end and requeue the rest; returns the requeued jobs."""
+    """Adopt live attempts, end and requeue the rest; returns the requeued jobs.
+
+    An attempt whose processes survive ``reap`` stays live in the store (its GPUs stay
+    held, its job does not start again) and is listed in ``unreaped``: the reconciler
+    tries again every cycle (``settle``), so one unkillable process stalls that job only.
+    """
     now = ctx.clock()
     backend = ctx.backend
     with ctx.store.read() as s:
@@ -37,33 +43,51 @@ def recover(ctx: LiveContext, ends: EndRequests) -> list[int]:
         except ValueError as e:
             log.warning("job %s attempt %s cannot be adopted (%s): lost", job_id, number, e)
             alive = False
-        if not alive and "reap" in backend.capabilities:
-            # whatever a cut-short launch started must be gone before the job runs again
-            ended = backend.reap(job_id, number, ctx.dirs.job(job_id))  # type: ignore[attr-defined]
-            if ended:
-                log.warning("job %s attempt %s: ended %d leftover process(es) of a launch the "
-                            "control plane did not finish", job_id, number, ended)
-        with ends.transaction() as s:
-            job = repo.require_job(s, job_id)
-            attempt = attempt_of(job, number)
-            if alive:
+        if alive:
+            with ends.transaction() as s:
+                attempt = attempt_of(repo.require_job(s, job_id), number)
                 repo.add_event(s, job_id, JobEventKind.ADOPTED, now, {"attempt": number})
                 if attempt.end_cause is not None:
                     ends.again(attempt)  # asked to end before the restart: ask again
-                continue
-            repo.end_attempt(s, attempt, AttemptState.LOST, now, None, "lost",
-                             None, "processes gone after a control-plane restart")
-            if job.state != JobState.RUNNING:
-                continue  # stopped or preempted already
-            if job.cancel_requested:
-                repo.set_job_state(s, job, JobState.CANCELLED, now, "cancelled",
-                                   JobEventKind.CANCELLED, {"attempt": number})
-                continue
-            repo.set_job_state(s, job, JobState.PENDING, now, "requeued: its processes "
-                               "died with the control plane", JobEventKind.REQUEUED,
-                               {"attempt": number})
+            continue
+        if settle(ctx, ends, job_id, number, now):
             requeued.append(job_id)
     return requeued
 
 
-__all__ = ["recover"]
+def settle(ctx: LiveContext, ends: EndRequests, job_id: int, number: int, now: float) -> bool:
+    """End an attempt nothing can adopt: its leftover processes first (``reap``), then its
+    record; True if its job was queued again. Raises nothing: on ``ReapError`` the attempt
+    is left live and noted in ``ctx.unreaped`` for the next try."""
+    if "reap" in ctx.backend.capabilities:
+        try:  # whatever a cut-short launch started must be gone before the job runs again
+            ended = ctx.backend.reap(job_id, number, ctx.dirs.job(job_id))
+        except ReapError as e:
+            log.error("job %s attempt %s: %s; its GPUs stay held and the job waits; "
+                      "retrying every cycle", job_id, number, e)
+            ctx.unreaped.add((job_id, number))
+            return False
+        if ended:
+            log.warning("job %s attempt %s: ended %d leftover process(es) of a launch the "
+                        "control plane did not finish", job_id, number, ended)
+    ctx.unreaped.discard((job_id, number))
+    with ends.transaction() as s:
+        job = repo.require_job(s, job_id)
+        attempt = attempt_of(job, number)
+        if not attempt.is_live:
+            return False
+        repo.end_attempt(s, attempt, AttemptState.LOST, now, None, "lost",
+                         None, "processes gone after a control-plane restart")
+        if job.state != JobState.RUNNING:
+            return False  # stopped or preempted already
+        if job.cancel_requested:
+            repo.set_job_state(s, job, JobState.CANCELLED, now, "cancelled",
+                               JobEventKind.CANCELLED, {"attempt": number})
+            return False
+        repo.set_job_state(s, job, JobState.PENDING, now, "requeued: its processes "
+                           "died with the control plane", JobEventKind.REQUEUED,
+                           {"attempt": number})
+        return True
+
+
+__all__ = ["recover", "settle"]
