@@ -35,9 +35,11 @@ import yaml
 from grace.control.diagnostics import TimedDiagnostics
 from grace.control.node_health import HealthConfig
 from grace.control.reconciler import Reconciler
+from grace.control.snapshot import nodes_to_placement
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, BreakerEvent, JobEventKind, JobState
+from grace.core.capacity import Placement
 from grace.core.health import BreakerConfig, HealthTable, LemonConfig, NodeState
 from grace.core.jobs import JobId
 from grace.core.policies import get_policy
@@ -318,9 +320,7 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) else x
 
 
-def _placement(topo: Topology, nodes: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
-    from grace.control.snapshot import nodes_to_placement
-
+def _placement(topo: Topology, nodes: list[dict[str, Any]]) -> Placement:
     return nodes_to_placement(topo, nodes)
 
 

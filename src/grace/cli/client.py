@@ -79,6 +79,13 @@ def up(
              "fall behind. Its nodes, declared in the cluster file, join after each offer's "
              "provisioning delay (the local provider); a real cloud plugs in behind the "
              "CloudProvider protocol (docs/bursting.md)"),
+    health: Path | None = typer.Option(
+        None, "--health", help="health table overrides (kind: health; examples/health.yaml)"),
+    diagnostic_command: str | None = typer.Option(
+        None, "--diagnostic-command",
+        help="command that diagnoses a drained node before it returns, {node} and {level} "
+             "filled in, exit 0 = pass (e.g. 'srun -w {node} dcgmi diag -r {level}'); "
+             "default: each level passes after its typical duration (no DCGM here)"),
 ) -> None:
     """Run the control plane: API, reconciler and a backend (local processes or Slurm).
 
@@ -98,7 +105,8 @@ def up(
                            slurm_partition=slurm_partition, slurm_default_gpu=default_gpu,
                            heartbeat_timeout_s=heartbeat_timeout,
                            straggler_window_s=straggler_window,
-                           straggler_threshold=straggler_threshold, bursting=bursting))
+                           straggler_threshold=straggler_threshold, bursting=bursting,
+                           health=health, diagnostic_command=diagnostic_command))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e

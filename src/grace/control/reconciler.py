@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grace.backends.base import Backend
-from grace.control.bursting import LiveBursting
+from grace.control.bursting import LiveBursting, LiveEffect, PreemptJob
 from grace.control.diagnostics import Diagnostics
 from grace.control.live.apply import Applier
 from grace.control.live.context import LiveContext, LiveSettings, job_dirs
@@ -36,6 +36,7 @@ from grace.control.live.ending import EndRequests
 from grace.control.live.health import HealthIntake
 from grace.control.live.observe import CycleReport, Observer
 from grace.control.live.recovery import recover, settle
+from grace.control.live.view import ViewBuilder
 from grace.control.live.watches import Watches
 from grace.control.node_health import HealthConfig
 from grace.control.node_sync import sync_node_states
@@ -43,10 +44,12 @@ from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import EndCause, JobEventKind, JobState
 from grace.control.stragglers import StragglerWatch
+from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
 from grace.core.health import HealthTable, Signal
 from grace.core.policies import QueuePolicy
 from grace.core.restart import RestartPolicy
 from grace.core.scheduler import decide
+from grace.core.state import SchedulerState
 from grace.core.topology import Topology
 from grace.runtime.divergence import DIVERGED_EXIT_CODE
 
@@ -82,8 +85,6 @@ class Reconciler:
         self.health = HealthIntake(self.ctx, self.ends, config, diagnostics)
         self.observer = Observer(self.ctx, self.stragglers)
         self.watches = Watches(self.ctx, self.ends, self.stragglers)
-        from grace.control.live.view import ViewBuilder
-
         self.views = ViewBuilder(self.ctx)
         self.applier = Applier(self.ctx, self.ends)
         if not defer_writes:  # a standby defers them until it leads (recover registers them)
@@ -165,7 +166,7 @@ class Reconciler:
     #: cloud bursting (grace.control.bursting.LiveBursting), when the operator attached one
     bursting: LiveBursting | None = None
 
-    def _burst(self, state, reasons: dict[int, str | None], now: float) -> None:
+    def _burst(self, state: SchedulerState, reasons: dict[int, str | None], now: float) -> None:
         """Rented nodes: the provider's news, unprovisioned nodes out of the snapshot,
         routing, idle release and new requests, before ``decide`` sees the snapshot.
         The adapter gets data, never this reconciler; what it asks for comes back as
@@ -181,12 +182,10 @@ class Reconciler:
         self._apply_cloud_effects(state, cloud.observe(state, now, specs), now)
         self._apply_cloud_effects(state, cloud.burst(state, reasons, now), now)
 
-    def _apply_cloud_effects(self, state, effects: list, now: float) -> None:
+    def _apply_cloud_effects(self, state: SchedulerState, effects: Sequence[LiveEffect],
+                             now: float) -> None:
         """Carry out ``LiveBursting``'s effects in order: the snapshot's nodes and queues,
         and preemptions through the store and backend, which are this reconciler's."""
-        from grace.control.bursting import PreemptJob
-        from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
-
         for e in effects:
             if isinstance(e, SetNodesUsable):
                 for n in e.nodes:

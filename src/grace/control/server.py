@@ -42,6 +42,7 @@ from grace.backends.base import Backend
 from grace.backends.local import LocalBackend
 from grace.control.api import create_app
 from grace.control.bursting import LiveBursting
+from grace.control.diagnostics import CommandDiagnostics, TimedDiagnostics
 from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store, make_engine, normalize_url
@@ -56,6 +57,7 @@ from grace.control.store.lease import (
     this_holder,
 )
 from grace.control.stragglers import StragglerWatch
+from grace.core.health import HealthTable
 from grace.core.policies import get_policy
 from grace.core.stragglers import StragglerDetector
 from grace.core.topology import Topology
@@ -84,6 +86,8 @@ class ServerConfig:
     heartbeat_timeout_s: float = 30.0
     straggler_window_s: float = 30.0
     straggler_threshold: float = 0.10
+    health: Path | None = None  # kind: health overrides of the health table
+    diagnostic_command: str | None = None  # None: TimedDiagnostics (docs/control_plane.md)
     bursting: Path | None = None  # kind: bursting; rents the cluster's cloud pools (docs/bursting.md)
     lease_ttl_s: float = DEFAULT_TTL_S  # leader lease (store.lease): presumed dead after this
     lease_renew_s: float = RENEW_EVERY_S
@@ -194,13 +198,17 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     backend, spec = make_backend(cfg)
     bursting = load_bursting_for(cfg.bursting, spec) if cfg.bursting else None
+    table = HealthTable.from_yaml(cfg.health) if cfg.health else None  # a bad file: SpecError
     topo = Topology.from_spec(spec)
     url = store_url(cfg)
     lock = claim_sqlite(url)  # before the store is opened: a refused second one writes nothing
     store = Store.open(url)
     # defer_writes: nothing is written until this process leads (recover registers the nodes)
+    diagnostics = (CommandDiagnostics(cfg.diagnostic_command) if cfg.diagnostic_command
+                   else TimedDiagnostics())
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
                             heartbeat_timeout_s=cfg.heartbeat_timeout_s, defer_writes=True,
+                            health_table=table, diagnostics=diagnostics,
                             stragglers=StragglerWatch(
                                 StragglerDetector(threshold=cfg.straggler_threshold),
                                 window_s=cfg.straggler_window_s))
