@@ -92,12 +92,18 @@ def assert_nothing_left(handle: str, extra_pgids: frozenset[int] = frozenset()) 
     """
     data = json.loads(handle)
     assert processes_with_token(data["token"]) == {}
+    deadline = time.monotonic() + 3.0  # a process SIGKILLed a moment ago may still be exiting
     for pgid in {n["pgid"] for n in data["nodes"]} | extra_pgids:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            continue
-        assert live_members(pgid) == [], f"process group {pgid} still runs"
+        while True:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            left = live_members(pgid)
+            if not left:
+                break
+            assert time.monotonic() < deadline, f"process group {pgid} still runs: {left}"
+            time.sleep(0.05)
 
 
 # ---------------------------------------------------------------- fast: no torch

@@ -163,8 +163,8 @@ def test_drains_flow_both_ways_with_their_reasons(server: Server, slurm: SlurmCl
     assert r.status_code == 200, r.text
     state = wait_for("n4 drained in Slurm", lambda: (s := slurm_node(slurm, "n4"))[0]
                      in ("drained", "draining") and s)
-    assert state[1] == "grace: fan failing"
-    assert "grace: fan failing" in slurm.run("sinfo", "-R", "-h", "-o", "%E|%N")
+    assert state[1] == "grace: drained by ops: fan failing"
+    assert "grace: drained by ops: fan failing" in slurm.run("sinfo", "-R", "-h", "-o", "%E|%N")
     # ... and resumed in Grace: resumed in Slurm
     httpx.post(f"{server.url}/nodes/n4/resume", timeout=30).raise_for_status()
     wait_for("n4 idle in Slurm", lambda: slurm_node(slurm, "n4")[0] == "idle")

@@ -82,7 +82,13 @@ from grace.backends.base import (
     ReapError,
     adopt_recorded,
 )
-from grace.backends.local_agent import TOKEN_ENV, processes_with_token, read_json, write_json_atomic
+from grace.backends.local_agent import (
+    TOKEN_ENV,
+    processes_where,
+    processes_with_token,
+    read_json,
+    write_json_atomic,
+)
 from grace.spec.cluster import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -199,27 +205,12 @@ def _scan_attempts(tokens: set[str], workdir: str, attempts: set[int]) -> dict[i
     prefixes = tuple(f"{TOKEN_ENV}={t}:".encode() for t in tokens if t)
     wd = f"GRACE_WORKDIR={workdir}".encode()
     numbers = {f"GRACE_ATTEMPT={n}".encode() for n in attempts}
-    me = os.getpid()
-    found: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
+
+    def ours(env: list[bytes]) -> bool:
         by_token = bool(prefixes) and any(v.startswith(prefixes) for v in env)
-        if by_token or (wd in env and not numbers.isdisjoint(env)):
-            try:
-                found[int(entry)] = os.getpgid(int(entry))
-            except ProcessLookupError:
-                continue
-    return found
+        return by_token or (wd in env and not numbers.isdisjoint(env))
+
+    return processes_where(ours, exclude=(os.getpid(),))
 
 
 def rank_logs(attempt_dir: Path) -> dict[str, dict[int, tuple[Path, Path]]]:

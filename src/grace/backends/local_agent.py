@@ -94,6 +94,16 @@ def processes_with_token(
     """
     whole = f"{TOKEN_ENV}={token}:".encode()
     exact = None if node_index is None else whole + str(node_index).encode()
+    return processes_where(
+        lambda env: any(var == exact if exact is not None else var.startswith(whole)
+                        for var in env), exclude)
+
+
+def processes_where(matches: Callable[[list[bytes]], bool],
+                    exclude: Iterable[int] = ()) -> dict[int, int]:
+    """``{pid: pgid}`` of live processes whose environment (its ``NAME=value`` entries)
+    ``matches``: one pass over /proc. Zombies (empty environ), other users' processes
+    and ``exclude`` are skipped."""
     skip = set(exclude)
     found: dict[int, int] = {}
     try:
@@ -101,19 +111,16 @@ def processes_with_token(
     except OSError:
         return found
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        if pid in skip:
+        if not entry.isdigit() or int(entry) in skip:
             continue
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
-        if any(var == exact if exact is not None else var.startswith(whole) for var in env.split(b"\0")):
+        if matches(env):
             try:
-                found[pid] = os.getpgid(pid)
+                found[int(entry)] = os.getpgid(int(entry))
             except ProcessLookupError:
                 continue
     return found

@@ -24,9 +24,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from grace.control.node_health import HealthConfig, load_monitor, save_monitor
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
+from grace.control.store.models import NodeEvent
 from grace.core.health import IN_SERVICE, NodeState
 
 log = logging.getLogger("grace.node_sync")
@@ -39,6 +43,14 @@ def _described(node: Any) -> str:
     flags = "+".join(sorted(node.flags))
     state = f"{node.state}+{flags}" if flags else node.state
     return state + (f": {node.reason}" if node.reason else "")
+
+
+def _drain_reason(session: Session, node: str) -> str | None:
+    """Why the node was taken out (its last move to draining), not what happened since
+    (drained, diagnosing): what Slurm should show an operator."""
+    return session.scalars(select(NodeEvent.reason).where(
+        NodeEvent.node == node, NodeEvent.to_state == NodeState.DRAINING)
+        .order_by(NodeEvent.id.desc()).limit(1)).first()
 
 
 def sync_node_states(store: Store, backend: Any, now: float,
@@ -71,7 +83,7 @@ def sync_node_states(store: Store, backend: Any, now: float,
                 monitor.undrain(row.name, EXTERNAL_ACTOR, now, force=True)
             elif state not in IN_SERVICE and row.holder != EXTERNAL_ACTOR \
                     and not ext.out_of_service:
-                to_drain.append((row.name, row.reason or "drained by Grace"))
+                to_drain.append((row.name, _drain_reason(s, row.name) or "drained by Grace"))
             elif state in IN_SERVICE and ext.out_of_service and ext.drained_by_grace:
                 to_resume.append(row.name)
         save_monitor(s, monitor, was_open, now)
