@@ -328,7 +328,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         _node(name)
         _with_monitor(lambda m, now: m.undrain(name, actor, now, force=not diagnose))
         with store.read() as s:
-            state = str(next(n.state for n in repo.nodes(s) if n.name == name))
+            state = str(repo.require_node(s, name).state)
         return {"name": name, "state": state}
 
     def _with_monitor(act: Any, evict: tuple[str, str] | None = None) -> None:
@@ -342,8 +342,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                 act(monitor, now)
                 save_monitor(s, monitor, was_open, now)
                 if evict is not None:
-                    row = next(n for n in repo.nodes(s) if n.name == evict[0])
-                    row.evict_reason = evict[1]
+                    repo.require_node(s, evict[0]).evict_reason = evict[1]
         except IllegalTransition as e:
             raise HTTPException(409, detail=str(e)) from e
 

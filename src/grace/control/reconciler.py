@@ -129,9 +129,7 @@ class Reconciler:
     def evict(self, node: str, reason: str) -> None:
         """A planned drain: move every job off ``node`` from a fresh checkpoint (next cycle)."""
         with self.store.transaction() as s:
-            row = next((n for n in repo.nodes(s) if n.name == node), None)
-            if row is not None:
-                row.evict_reason = reason
+            repo.require_node(s, node).evict_reason = reason
 
     # ----------------------------------------------------------------- the cycle
     def cycle(self) -> CycleReport:

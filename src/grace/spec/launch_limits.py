@@ -59,6 +59,16 @@ def _encoded(text: str) -> bytes | None:
         return None
 
 
+def _exec_bytes(text: str, what: str) -> tuple[bytes | None, str]:
+    """``text`` as exec gets it, or None and why exec cannot pass it (``what`` names it)."""
+    if "\0" in text:
+        return None, f"{what} holds a NUL byte, which exec cannot pass: remove it"
+    raw = _encoded(text)
+    if raw is None:
+        return None, f"{what} is not valid text (a lone surrogate): fix its encoding"
+    return raw, ""
+
+
 def _kib(n: int) -> str:
     return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
 
@@ -81,14 +91,9 @@ def command_problems(command: Sequence[str] | None, field: str = "command") -> l
             problems.append(SpecProblem(where, f"the command's argument {i} is a "
                                                f"{type(arg).__name__}, not a string: quote it"))
             continue
-        if "\0" in arg:
-            problems.append(SpecProblem(where, f"the command's argument {i} holds a NUL byte, "
-                                               "which exec cannot pass: remove it"))
-            continue
-        raw = _encoded(arg)
+        raw, why = _exec_bytes(arg, f"the command's argument {i}")
         if raw is None:
-            problems.append(SpecProblem(where, f"the command's argument {i} is not valid text "
-                                               "(a lone surrogate): fix its encoding"))
+            problems.append(SpecProblem(where, why))
             continue
         if i == 0 and not arg.strip():
             problems.append(SpecProblem(where, "the command's program (argument 0) is blank: "
@@ -133,14 +138,9 @@ def env_problems(env: Mapping[str, str] | None, field: str = "env") -> list[Spec
                        f"bytes; at most {MAX_ENV_NAME_BYTES}: shorten it"))
             continue
         where = f"{field}.{name}"
-        if "\0" in value:
-            problems.append(SpecProblem(where, f"the value of {name} holds a NUL byte, which "
-                                               "exec cannot pass: remove it"))
-            continue
-        raw = _encoded(value)
+        raw, why = _exec_bytes(value, f"the value of {name}")
         if raw is None:
-            problems.append(SpecProblem(where, f"the value of {name} is not valid text "
-                                               "(a lone surrogate): fix its encoding"))
+            problems.append(SpecProblem(where, why))
             continue
         if len(raw) > MAX_ENV_VALUE_BYTES:
             problems.append(SpecProblem(

@@ -46,7 +46,9 @@ class EndRequests:
 
     def again(self, attempt: Attempt) -> None:
         """Cancel once more an attempt whose end was requested earlier (after a restart)."""
-        self._outbox.append((attempt.job_id, attempt.number, attempt.end_grace_s or 10.0))
+        grace = attempt.end_grace_s
+        self._outbox.append((attempt.job_id, attempt.number,
+                             self.ctx.settings.cancel_grace_s if grace is None else grace))
 
     def send(self) -> None:
         """Tell the backend, after the requests are committed (call outside a transaction)."""

@@ -69,8 +69,7 @@ class Watches:
                         self.ends.request(_attempt(s, a.key), EndCause.DRAIN, now, node,
                                           f"planned drain of {node}: {reason}",
                                           self.ctx.settings.move_grace_s)
-                row = next(n for n in repo.nodes(s) if n.name == node)
-                row.evict_reason = None
+                repo.require_node(s, node).evict_reason = None
 
     def _hung(self, live: list[LiveAttempt], now: float) -> list[tuple[tuple[int, int], str]]:
         """A job that heartbeats (it uses grace.runtime) and then stops has hung."""

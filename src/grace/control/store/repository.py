@@ -457,8 +457,7 @@ def store_id(session: Session) -> str:
 def add_signal(session: Session, node: str, kind: str, at: float, code: int | None = None,
                detail: str = "", actor: str = "grace") -> HealthSignalRow:
     """A health signal for the reconciler's next cycle; kept until it is handled."""
-    if session.get(Node, node) is None:
-        raise NotFound(f"no node {node!r}")
+    require_node(session, node)
     row = HealthSignalRow(node=node, kind=kind, code=code, detail=detail, at=at, actor=actor)
     session.add(row)
     return row
@@ -507,6 +506,13 @@ def set_node_state(session: Session, name: str, to_state: NodeState | str, reaso
     return event
 
 
+def require_node(session: Session, name: str) -> Node:
+    node = session.get(Node, name)
+    if node is None:
+        raise NotFound(f"no node {name!r}; see GET /nodes")
+    return node
+
+
 def nodes(session: Session) -> list[Node]:
     return list(session.scalars(select(Node).order_by(Node.name)))
 
@@ -545,6 +551,7 @@ __all__ = [
     "request_cancel",
     "request_end",
     "require_job",
+    "require_node",
     "running_attempts",
     "set_attempt_running",
     "set_job_state",
