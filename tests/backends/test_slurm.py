@@ -10,6 +10,7 @@ tests of their own at the end, with Slurm's real output as input.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -19,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from grace.backends.base import AttemptStatus, LaunchSpec, NodeAssignment
@@ -144,7 +144,7 @@ def test_a_killed_rank_resumes_from_its_checkpoint_through_a_new_sbatch(
     root = job_dir(server.state_dir, job) / "checkpoints"
     wait_for("a committed checkpoint", lambda: root.is_dir() and any(
         (p / "MANIFEST.json").exists() for p in root.iterdir()), timeout=90)
-    r = httpx.post(f"{server.url}/jobs/{job}/inject", json={"fault": "kill-rank", "rank": 1}, timeout=30)
+    r = server.post(f"/jobs/{job}/inject", json={"fault": "kill-rank", "rank": 1}, timeout=30)
     assert r.status_code == 200, r.text
     done = server.wait(job, {"completed", "failed"}, timeout=150)
     assert done["state"] == "completed", json.dumps(done)[:3000]
@@ -159,7 +159,7 @@ def test_a_killed_rank_resumes_from_its_checkpoint_through_a_new_sbatch(
 @pytest.mark.slow
 def test_drains_flow_both_ways_with_their_reasons(server: Server, slurm: SlurmCli) -> None:
     # Grace drains n4: Slurm shows it drained, with Grace's reason
-    r = httpx.post(f"{server.url}/nodes/n4/drain", json={"reason": "fan failing", "actor": "ops"},
+    r = server.post("/nodes/n4/drain", json={"reason": "fan failing"},
                    timeout=30)
     assert r.status_code == 200, r.text
     state = wait_for("n4 drained in Slurm", lambda: (s := slurm_node(slurm, "n4"))[0]
@@ -167,7 +167,7 @@ def test_drains_flow_both_ways_with_their_reasons(server: Server, slurm: SlurmCl
     assert state[1] == "grace: drained by ops: fan failing"
     assert "grace: drained by ops: fan failing" in slurm.run("sinfo", "-R", "-h", "-o", "%E|%N")
     # ... and resumed in Grace: resumed in Slurm
-    httpx.post(f"{server.url}/nodes/n4/resume", timeout=30).raise_for_status()
+    server.post("/nodes/n4/resume", timeout=30).raise_for_status()
     wait_for("n4 idle in Slurm", lambda: slurm_node(slurm, "n4")[0] == "idle")
     # A person drains n3 in Slurm: Grace takes it out, with Slurm's reason
     slurm.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin: reseat cable")
@@ -193,6 +193,41 @@ def test_an_unreachable_slurmctld_is_not_a_lost_job(slurm: SlurmCli, tmp_path: P
     b.cli = slurm
     b.cancel(1, 1, grace_s=2.0)  # returns at once; the backend's worker kills after the grace
     assert wait_until_ended(b, 1, timeout=60).status is AttemptStatus.CANCELLED
+
+
+#: Each rank writes the sha256 of the secrets it sees (never the secrets) to seen-<rank>.json.
+SHOW_SECRETS = """
+import hashlib, json, os
+seen = {k: hashlib.sha256(os.environ[k].encode()).hexdigest() if k in os.environ else None
+        for k in ("GRACE_TOKEN", "GRACE_CHECKPOINT_KEY")}
+path = os.path.join(os.environ["GRACE_WORKDIR"], "seen-" + os.environ["RANK"] + ".json")
+open(path, "w").write(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_secrets_reach_every_rank_and_no_file_of_the_attempt(slurm: SlurmCli, tmp_path: Path) -> None:
+    """GRACE_TOKEN and GRACE_CHECKPOINT_KEY go through sbatch's environment to the ranks
+    on both nodes (srun's steps), and appear in no file under the job or state dir."""
+    token, key = "gjob_slurm-secret-test-7f3a9c", "c2x1cm0tc2VjcmV0LXRlc3Qta2V5LTMyLWJ5dGVzLi4u"
+    b = SlurmBackend(tmp_path / "state", cluster=load_cluster(REPO / "examples/clusters/lab.yaml"),
+                     cli=slurm, cwd=REPO)
+    workdir = tmp_path / "job-1"
+    b.launch(LaunchSpec(job_id=1, attempt=1, name="secrets", command=("python", "-c", SHOW_SECRETS),
+                        nodes=(NodeAssignment("n3", (0,)), NodeAssignment("n4", (0,))),
+                        workdir=workdir, env={"GRACE_TOKEN": token, "GRACE_CHECKPOINT_KEY": key,
+                                              "OMP_NUM_THREADS": "1"}))
+    obs = wait_until_ended(b, 1, timeout=120)
+    assert obs.status is AttemptStatus.SUCCEEDED, obs.detail
+    want = {"GRACE_TOKEN": hashlib.sha256(token.encode()).hexdigest(),
+            "GRACE_CHECKPOINT_KEY": hashlib.sha256(key.encode()).hexdigest()}
+    seen = {p.name: json.loads(p.read_text()) for p in workdir.glob("seen-*.json")}
+    assert seen == {"seen-0.json": want, "seen-1.json": want}
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "job.sh" for p in files) and any(p.name.endswith(".log") for p in files)
+    leaks = [(str(p), s) for p in files for s in (token, key) if s.encode() in p.read_bytes()]
+    assert leaks == []
+    assert token not in obs.detail and key not in obs.detail
 
 
 # ---------------------------------------------------------------- fast: the parsers

@@ -9,6 +9,7 @@ ends a job only if the test says its ranks honour SIGTERM.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ class FakeSlurm:
     calls: list[tuple[str, ...]] = field(default_factory=list)
     next_id: int = 100
     stuck: set[str] = field(default_factory=set)  # jobs that stay live whatever is sent
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)  # each sbatch's environment
 
     def add(self, name: str, comment: str, state: str = "RUNNING", honours_term: bool = True) -> str:
         sid = str(self.next_id)
@@ -51,12 +53,18 @@ class FakeSlurm:
         if sid in self.jobs and sid not in self.stuck and self.jobs[sid].state in LIVE:
             self.jobs[sid].state = "CANCELLED"
 
-    def run(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def run(self, *args: str, check: bool = True, stdin: str | None = None,
+            env: dict[str, str] | None = None) -> str:
         self.calls.append(args)
         cmd, rest = args[0], list(args[1:])
         opt = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in rest if a.startswith("--") and "=" in a}
         if cmd == "sbatch":
-            return f"{self.add(opt['--job-name'], opt['--comment'])}\n"
+            sid = self.add(opt['--job-name'], opt['--comment'])
+            self.envs[sid] = dict(env if env is not None else self.env())
+            return f"{sid}\n"
         if cmd == "scancel":
             sid = rest[-1]
             if "--signal=TERM" in rest:
@@ -206,3 +214,35 @@ def test_launch_refuses_to_start_attempt_2_while_attempt_1_survives(
         b.launch(spec(tmp_path, attempt=2))
     assert [c[0] for c in slurm.calls].count("sbatch") == 1
     assert not (tmp_path / "job-1" / "attempt-2").exists()
+
+
+def test_secrets_go_to_sbatchs_environment_never_to_a_file_or_argv(
+        slurm: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt's token and data key reach sbatch only through its environment; the
+    control plane's own values of those names (an admin's shell) reach no job."""
+    token, key = "gjob_fake-attempt-token-1234", "ZmFrZS1kYXRhLWtleS1mb3ItdGhlLXRlc3QtMDAwMDA="
+    monkeypatch.setenv("GRACE_TOKEN", "gadm_the-control-planes-own-token")
+    monkeypatch.setenv("GRACE_CHECKPOINT_KEY", "the-control-planes-own-key")
+    b = backend(slurm, tmp_path)
+    secret = LaunchSpec(job_id=1, attempt=1, name="fake", command=("python", "-c", "pass"),
+                        nodes=(NodeAssignment("a100-00", (0,)),), workdir=tmp_path / "job-1",
+                        env={"GRACE_TOKEN": token, "GRACE_CHECKPOINT_KEY": key, "PLAIN": "visible"})
+    handle = b.launch(secret)
+    sid = slurm_id(tmp_path / "job-1" / "attempt-1")
+    sent = slurm.envs[sid]
+    assert (sent["GRACE_TOKEN"], sent["GRACE_CHECKPOINT_KEY"]) == (token, key)
+    [sbatch] = [c for c in slurm.calls if c[0] == "sbatch"]
+    assert "--export=ALL" in sbatch
+    job_sh = (tmp_path / "job-1" / "attempt-1" / "job.sh").read_text()
+    assert "export PLAIN=visible" in job_sh and "--export=ALL" in job_sh
+    leaks = [(p, s) for p in tmp_path.rglob("*") if p.is_file()
+             for s in (token, key) if s.encode() in p.read_bytes()]
+    assert leaks == []
+    assert token not in " ".join(sbatch) + handle and key not in " ".join(sbatch) + handle
+
+    # an attempt without a data key (no KMS) does not get the control plane's
+    b.launch(LaunchSpec(job_id=2, attempt=1, name="fake", command=("python", "-c", "pass"),
+                        nodes=(NodeAssignment("a100-00", (0,)),), workdir=tmp_path / "job-2",
+                        env={"GRACE_TOKEN": token}))
+    sent = slurm.envs[slurm_id(tmp_path / "job-2" / "attempt-1")]
+    assert sent["GRACE_TOKEN"] == token and "GRACE_CHECKPOINT_KEY" not in sent

@@ -10,7 +10,9 @@ backend is exercised end to end in ``test_e2e.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,3 +218,53 @@ def job_dir(state_dir: Path, job_id: int) -> Path:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         (store_id,) = conn.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()
     return Path(state_dir) / "jobs" / f"{store_id[:12]}-{job_id}"
+
+
+def make_token(store: Store, role: str = "admin", tenant: str | None = None,
+               name: str | None = None, expires_at: float | None = None) -> str:
+    """A real API token in ``store`` (what ``grace token create`` makes through the API)."""
+    from grace.control.store import tokens
+    from grace.control.store.models import Role
+
+    with store.transaction() as s:
+        if tenant is not None:
+            repo.ensure_tenant(s, tenant)
+        _, text = tokens.create(s, name=name or f"{role}-{tenant or 'all'}", role=Role(role),
+                                tenant=tenant, created_by="test", now=1.0,
+                                expires_at=expires_at)
+    return text
+
+
+def authed(app: Any, store: Store, role: str = "admin", tenant: str | None = None,
+           name: str | None = None) -> Any:
+    """A TestClient over ``app`` that sends a fresh token of ``role`` with every request."""
+    from fastapi.testclient import TestClient
+
+    token = make_token(store, role, tenant, name)
+    return TestClient(app, headers={"Authorization": f"Bearer {token}"})
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """``app`` on a real uvicorn server on a free loopback port, in a thread; its URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

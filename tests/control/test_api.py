@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
-from helpers import LAB, FakeClock, ScriptedBackend
+from helpers import LAB, FakeClock, ScriptedBackend, authed
 
 from grace.control.api import create_app
 from grace.control.reconciler import Reconciler
@@ -36,7 +35,7 @@ class Api:
         self.clock = FakeClock()
         self.rec = Reconciler(store, self.backend, self.topo, get_policy("grace"), state_dir,
                               clock=self.clock)
-        self.client = TestClient(create_app(store, self.topo, state_dir))
+        self.client = authed(create_app(store, self.topo, state_dir), store)
 
     def submit(self, **overrides: Any) -> int:
         r = self.client.post("/jobs", json={**GOOD, **overrides})
@@ -213,8 +212,11 @@ def test_nodes_are_listed_with_their_inventory(api: Api) -> None:
 
 
 def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: Api) -> None:
-    r = api.client.post("/nodes/a100-01/drain", json={"reason": "Xid 79 seen twice",
-                                                      "actor": "alice"})
+    alice = authed(api.client.app, api.store, "operator", name="alice")
+    bob = authed(api.client.app, api.store, "operator", name="bob")
+    # the actor is the token's name; what the body claims is not read
+    r = alice.post("/nodes/a100-01/drain", json={"reason": "Xid 79 seen twice",
+                                                 "actor": "mallory"})
     assert r.status_code == 200
     assert r.json() == {"name": "a100-01", "state": "draining", "reason": "Xid 79 seen twice",
                         "evict": False}
@@ -223,7 +225,7 @@ def test_drain_keeps_the_reason_in_the_history_and_resume_returns_the_node(api: 
         "draining", "drained by alice: Xid 79 seen twice", "alice", "alice")
     api.rec.cycle()  # nothing runs there: drained at once
     assert {n["name"]: n["state"] for n in api.client.get("/nodes").json()}["a100-01"] == "drained"
-    r = api.client.post("/nodes/a100-01/resume", params={"actor": "bob"})
+    r = bob.post("/nodes/a100-01/resume", params={"actor": "mallory"})
     assert r.status_code == 200 and r.json()["state"] == "returned"
     with api.store.read() as s:
         history = [(e.from_state.value, e.to_state.value, e.reason, e.actor)

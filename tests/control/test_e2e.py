@@ -45,9 +45,12 @@ class Server:
     """One ``grace up`` process on a state directory; restartable on the same directory."""
 
     def __init__(self, state_dir: Path, extra_args: tuple[str, ...] = (),
-                 cluster: Path = Path("examples/clusters/lab.yaml")) -> None:
+                 cluster: Path = Path("examples/clusters/lab.yaml"),
+                 token_file: Path | None = None) -> None:
         self.state_dir = state_dir
         self.extra_args = extra_args
+        # the admin token grace up writes on its first start (secure by default)
+        self.token_file = token_file or state_dir / "admin.token"
         self.cluster = cluster
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
@@ -62,7 +65,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grace.cli.main", "up", "--cluster",
              str(self.cluster), "--port", str(port), "--state-dir", str(self.state_dir),
-             *self.extra_args],
+             "--admin-token-file", str(self.token_file), "--allow-inject", *self.extra_args],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()
@@ -95,13 +98,25 @@ class Server:
                 self.proc.wait()
 
     # ------------------------------------------------------------------ API
+    @property
+    def headers(self) -> dict[str, str]:
+        """The admin's bearer token, as the CLI sends it."""
+        return {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        kw.setdefault("timeout", 30)
+        return httpx.request(method, self.url + path, headers=self.headers, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("POST", path, **kw)
+
     def get(self, path: str, **kw: Any) -> Any:
-        r = httpx.get(self.url + path, timeout=30, **kw)
+        r = self.request("GET", path, **kw)
         r.raise_for_status()
         return r.json() if "json" in r.headers.get("content-type", "") else r.text
 
     def submit(self, body: dict[str, Any]) -> int:
-        r = httpx.post(f"{self.url}/jobs", json=body, timeout=30)
+        r = self.post("/jobs", json=body)
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
@@ -212,7 +227,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def grace_cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GRACE_URL=server.url, COLUMNS="200", NO_COLOR="1")
+    env = dict(os.environ, GRACE_URL=server.url, GRACE_TOKEN_FILE=str(server.token_file),
+               COLUMNS="200", NO_COLOR="1")
     return subprocess.run([sys.executable, "-m", "grace.cli.main", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -253,7 +269,7 @@ def test_a_job_cancelled_mid_run_ends_cancelled_and_leaves_no_process(lab: Serve
     pgids = {n["pgid"] for n in launch_record(lab.state_dir, jid)["nodes"]}
     assert len(pgids) == 2 and group_members(pgids) and job_processes(workdir)
     t0 = time.monotonic()
-    r = httpx.post(f"{lab.url}/jobs/{jid}/cancel", timeout=30)
+    r = lab.post(f"/jobs/{jid}/cancel")
     assert r.status_code == 200
     job = lab.wait(jid, ENDED, timeout=60)
     took = time.monotonic() - t0
@@ -262,7 +278,7 @@ def test_a_job_cancelled_mid_run_ends_cancelled_and_leaves_no_process(lab: Serve
     assert job["events"][-1]["kind"] == "cancelled"
     assert group_members(pgids) == []
     assert job_processes(workdir) == []
-    assert httpx.post(f"{lab.url}/jobs/{jid}/cancel", timeout=30).status_code == 409
+    assert lab.post(f"/jobs/{jid}/cancel").status_code == 409
     print(f"\n(b) cancel -> cancelled, no process left, in {took:.1f}s")
 
 
@@ -362,3 +378,32 @@ def test_the_cli_speaks_json(lab: Server, tmp_path: Path) -> None:
     assert "hello from grace" in lab.get(f"/jobs/{jid}/logs")
     out = grace_cli(lab, "job", "424242", "--json")
     assert out.returncode != 0
+
+
+# ------------------------------------------------------------------ the audit trail afterwards
+def test_the_audit_chain_holds_after_the_scenarios_and_names_an_edited_entry(
+        lab: Server, tmp_path: Path) -> None:
+    """Last in this file: the store ``lab``'s scenarios wrote verifies with ``grace audit
+    --verify --db`` (an auditor's path: no server, no token); a copy with one row edited,
+    or one deleted, fails naming that entry."""
+    import sqlite3
+
+    db = lab.state_dir / "grace.sqlite"
+    out = grace_cli(lab, "audit", "--verify", "--db", f"sqlite:///{db}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "the audit chain holds" in out.stdout
+    listed = json.loads(grace_cli(lab, "audit", "--db", f"sqlite:///{db}", "--json",
+                                  "--limit", "10000").stdout)
+    actions = {(e["actor"], e["action"]) for e in listed}
+    assert {("grace", "job.started"), ("grace", "job.completed")} <= actions
+    assert any(a == "job.submitted" for _, a in actions)
+    n = len(listed)
+    for change, seq in (("UPDATE audit_entries SET outcome = 'denied' WHERE seq = ?", n // 2),
+                        ("DELETE FROM audit_entries WHERE seq = ?", n - 1)):
+        copy = tmp_path / f"copy-{seq}.sqlite"
+        with sqlite3.connect(db) as src, sqlite3.connect(copy) as dst:
+            src.backup(dst)  # a consistent copy, the WAL's pages included
+            dst.execute(change, (seq,))
+        out = grace_cli(lab, "audit", "--verify", "--db", f"sqlite:///{copy}")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"breaks at entry {seq}" in " ".join(out.stderr.split())

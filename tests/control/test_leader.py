@@ -34,8 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
-from helpers import LAB, REPO, ScriptedBackend, add_job, job_spec
+from helpers import LAB, REPO, ScriptedBackend, add_job, authed, job_spec
 from sqlalchemy import func, select
 from test_e2e import ENDED, TRAIN, _free_port, _kill_leftovers, job_processes
 from typer.testing import CliRunner
@@ -367,7 +366,7 @@ def test_a_standby_serves_reads_and_refuses_writes_naming_the_leader(store: Stor
     topo = Topology.from_spec(load_cluster(LAB))
     leadership = Leadership()
     leadership.set("standby", "host-a:1", 4, T0)
-    client = TestClient(create_app(store, topo, tmp_path, leadership=leadership))
+    client = authed(create_app(store, topo, tmp_path, leadership=leadership), store)
     body = {"name": "train", "tenant": "vision", "gpus": 2, "command": ["python", "train.py"]}
     assert client.get("/healthz").json() == {"status": "ok", "role": "standby",
                                              "leader": "host-a:1", "epoch": 4}
@@ -390,8 +389,8 @@ def test_a_write_that_meets_the_fence_answers_503_and_stores_nothing(
     store.fence = a.fence
     leadership = Leadership()
     leadership.set("leader", "host-a:1", 1, T0)  # it has not noticed yet
-    client = TestClient(create_app(store, Topology.from_spec(load_cluster(LAB)), tmp_path,
-                                   leadership=leadership))
+    client = authed(create_app(store, Topology.from_spec(load_cluster(LAB)), tmp_path,
+                               leadership=leadership), store)
     assert LeaderLease(second, "host-b:2").try_acquire(time.time(), force=True)
     r = client.post("/jobs", json={"name": "x", "gpus": 1, "command": ["true"]})
     assert r.status_code == 503 and "another control plane took over" in r.json()["detail"]
@@ -462,6 +461,12 @@ class Up:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = state_dir.parent / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # one admin token per store: the first grace up writes it, the others find it there
+        self.token_file = state_dir.parent / "admin.token"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
 
     def start(self, wait: bool = True) -> Up:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -469,7 +474,8 @@ class Up:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "grace.cli.main", "up", "--cluster",
                  "examples/clusters/lab.yaml", "--port", str(self.port), "--state-dir",
-                 str(self.state_dir), *(["--db", self.db] if self.db else [])],
+                 str(self.state_dir), "--admin-token-file", str(self.token_file),
+                 *(["--db", self.db] if self.db else [])],
                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         if wait:
@@ -491,10 +497,13 @@ class Up:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def health(self) -> dict[str, Any]:
-        return httpx.get(f"{self.url}/healthz", timeout=2).json()
+        """/healthz without the backend's isolation report (the role is what these pin)."""
+        body = httpx.get(f"{self.url}/healthz", timeout=2).json()
+        body.pop("isolation", None)
+        return dict(body)
 
     def get(self, path: str) -> Any:
-        r = httpx.get(self.url + path, timeout=30)
+        r = httpx.get(self.url + path, timeout=30, headers=self.headers)
         r.raise_for_status()
         return r.json()
 
@@ -537,7 +546,8 @@ def _wait_job(up: Up, job_id: int, states: set[str], timeout: float) -> dict[str
 def _wait_log(up: Up, job_id: int, text: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = httpx.get(f"{up.url}/jobs/{job_id}/logs", params={"tail": 100000}, timeout=30)
+        r = httpx.get(f"{up.url}/jobs/{job_id}/logs", params={"tail": 100000}, timeout=30,
+                      headers=up.headers)
         if text in r.text:
             return
         time.sleep(0.3)
@@ -571,9 +581,9 @@ def test_a_standby_takes_over_a_sigkilled_leader_and_the_running_job_completes_o
     job = {"name": "survivor", "tenant": "demo", "gpus": 2, "gpu_model": "A100-80GB",
            "command": [*TRAIN, "--steps", "300", "--sleep-per-step", "0.05",
                        "--batch-size", "4"]}
-    refused = httpx.post(f"{standby.url}/jobs", json=job, timeout=30)
+    refused = httpx.post(f"{standby.url}/jobs", json=job, timeout=30, headers=leader.headers)
     assert refused.status_code == 503 and leader.holder in refused.json()["detail"]
-    r = httpx.post(f"{leader.url}/jobs", json=job, timeout=30)
+    r = httpx.post(f"{leader.url}/jobs", json=job, timeout=30, headers=leader.headers)
     assert r.status_code == 201, r.text
     jid = int(r.json()["id"])
     _wait_log(leader, jid, "step 10/300")

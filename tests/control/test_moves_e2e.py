@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from test_e2e import ENDED, TRAIN, Server, _kill_leftovers
 
@@ -45,15 +44,15 @@ def test_evict_then_resume_brings_the_job_back_to_the_only_node_it_fits(lab: Ser
                       "command": [*TRAIN, "--steps", "80", "--sleep-per-step", "0.15",
                                   "--batch-size", "4"]})
     lab.wait_log(jid, "step 10/80")
-    r = httpx.post(f"{lab.url}/nodes/l40s-00/drain", timeout=30,
-                   json={"reason": "swap a fan", "evict": True, "actor": "ops"})
+    r = lab.post("/nodes/l40s-00/drain", timeout=30,
+                   json={"reason": "swap a fan", "evict": True})
     assert r.status_code == 200
     moved = _wait(lab, jid, lambda j: j["state"] == "pending" and j["excluded_nodes"])
     assert [e["node"] for e in moved["excluded_nodes"]] == ["l40s-00"]
     assert moved["restarts"] == 0 and moved["attempts"][0]["failure_kind"] == "drain"
     time.sleep(3)  # it fits nowhere else: it waits, and says why
     assert lab.get(f"/jobs/{jid}")["state"] == "pending"
-    r = httpx.post(f"{lab.url}/nodes/l40s-00/resume", params={"actor": "ops"}, timeout=30)
+    r = lab.post("/nodes/l40s-00/resume", timeout=30)
     assert r.status_code == 200 and r.json()["state"] == "returned"
     done = lab.wait(jid, ENDED, timeout=120)
     assert done["state"] == "completed", str(done)[:2000]
@@ -70,7 +69,7 @@ def test_a_gang_slow_to_exit_does_not_delay_other_starts(lab: Server) -> None:
     slow = lab.submit({"name": "stubborn", "tenant": "demo", "gpus": 1, "gpu_model": "L40S",
                        "command": ["python", "-c", stubborn]})
     lab.wait_log(slow, "ignoring SIGTERM")
-    r = httpx.post(f"{lab.url}/nodes/l40s-00/drain", timeout=30,
+    r = lab.post("/nodes/l40s-00/drain", timeout=30,
                    json={"reason": "firmware", "evict": True})
     assert r.status_code == 200
     time.sleep(2.5)  # the move is requested; the gang keeps running through its grace

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import LAB, FakeClock, ScriptedBackend, SimulatedCrash, add_job, event_kinds
+from helpers import (
+    LAB,
+    FakeClock,
+    ScriptedBackend,
+    SimulatedCrash,
+    add_job,
+    authed,
+    event_kinds,
+)
 
 from grace.backends.base import AttemptStatus
 from grace.control.api import create_app
@@ -48,8 +56,8 @@ class Rig:
     @property
     def api(self) -> TestClient:
         if self._api is None:
-            self._api = TestClient(create_app(self.store, self.topo, self.state_dir,
-                                              clock=self.clock))
+            self._api = authed(create_app(self.store, self.topo, self.state_dir,
+                                          clock=self.clock, allow_inject=True), self.store)
         return self._api
 
     def submit(self, name: str = "job", gpus: float | None = 1, **kw) -> int:
@@ -394,7 +402,8 @@ def test_a_drained_node_gets_no_new_work_and_is_drained_when_its_jobs_left(rig: 
     first = rig.submit("on-node", gpus=1, gpu_model=A100)
     rig.cycle()
     [node] = rig.node_of(first)
-    r = rig.api.post(f"/nodes/{node}/drain", json={"reason": "fan alarm", "actor": "ops"})
+    ops = authed(rig.api.app, rig.store, "operator", name="ops")
+    r = ops.post(f"/nodes/{node}/drain", json={"reason": "fan alarm"})
     assert r.status_code == 200 and r.json()["state"] == "draining"
     fillers = [rig.submit(f"fill-{i}", gpus=1) for i in range(10)]
     for _ in range(3):

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from helpers import job_dir
 from test_e2e import REPO, Server
@@ -63,7 +62,7 @@ def _first_heartbeat(srv: Server, job_id: int, attempt: int, timeout: float = 90
 
 
 def _inject(srv: Server, job_id: int, fault: str, rank: int = 1) -> float:
-    r = httpx.post(f"{srv.url}/jobs/{job_id}/inject", json={"fault": fault, "rank": rank},
+    r = srv.post(f"/jobs/{job_id}/inject", json={"fault": fault, "rank": rank},
                    timeout=30)
     assert r.status_code == 200, r.text
     return time.time()
@@ -150,7 +149,7 @@ def test_a_straggler_is_moved_off_its_node_from_a_checkpoint(tmp_path: Path):
     finally:
         with contextlib.suppress(Exception):  # never leave a 2000-step gang running
             assert job is not None
-            httpx.post(f"{srv.url}/jobs/{job}/cancel", timeout=30)
+            srv.post(f"/jobs/{job}/cancel", timeout=30)
             srv.wait(job, {"cancelled", "completed", "failed"}, timeout=60)
         srv.stop()
 

@@ -28,7 +28,8 @@ def _job(tenant: str = "demo") -> dict:
 
 def test_a_second_store_in_the_same_directory_starts_its_job_1_from_step_0(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = Server(state, ("--db", f"sqlite:///{tmp_path / 'first.sqlite'}")).start()
+    first = Server(state, ("--db", f"sqlite:///{tmp_path / 'first.sqlite'}"),
+                   token_file=tmp_path / "first.token").start()
     try:
         jid = first.submit(_job())
         assert first.wait(jid, ENDED, timeout=120)["state"] == "completed"
@@ -40,7 +41,8 @@ def test_a_second_store_in_the_same_directory_starts_its_job_1_from_step_0(tmp_p
     assert len(old_dirs) == 1 and old_dirs[0].name.endswith(f"-{jid}")
     assert any((old_dirs[0] / "checkpoints").iterdir())
 
-    second = Server(state, ("--db", f"sqlite:///{tmp_path / 'second.sqlite'}")).start()
+    second = Server(state, ("--db", f"sqlite:///{tmp_path / 'second.sqlite'}"),
+                    token_file=tmp_path / "second.token").start()
     try:
         again = second.submit(_job())
         assert again == jid  # the same id, in another store

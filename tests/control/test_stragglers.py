@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-from helpers import event_kinds
+from helpers import authed, event_kinds
 from test_reconciler import A100, Rig
 
 from grace.control.api import create_app
@@ -159,7 +158,8 @@ def test_a_planned_drain_with_evict_moves_its_jobs_off_from_a_checkpoint(rig4: R
     jid = rig4.submit("train", gpus=None, nodes=2, gpus_per_node=2, gpu_model=A100)
     rig4.cycle()
     node = sorted(rig4.node_of(jid))[0]
-    api = TestClient(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend))
+    api = authed(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend,
+                            allow_inject=True), rig4.store)
     r = api.post(f"/nodes/{node}/drain", json={"reason": "firmware update", "evict": True})
     assert r.status_code == 200 and r.json()["evict"] is True
     rig4.cycle()
@@ -178,7 +178,8 @@ def test_a_plain_drain_lets_the_job_finish_where_it_is(rig4: Rig) -> None:
     jid = rig4.submit("train", gpus=None, nodes=2, gpus_per_node=2, gpu_model=A100)
     rig4.cycle()
     node = sorted(rig4.node_of(jid))[0]
-    api = TestClient(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend))
+    api = authed(create_app(rig4.store, rig4.topo, rig4.state_dir, rig4.rec, rig4.backend,
+                            allow_inject=True), rig4.store)
     assert api.post(f"/nodes/{node}/drain", json={"reason": "later"}).status_code == 200
     rig4.cycle()
     rig4.cycle()

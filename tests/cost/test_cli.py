@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 from grace.cli.main import app
 from grace.control.api import create_app
+from grace.control.store import tokens
 from grace.control.store.db import Store
+from grace.control.store.models import Role
 from grace.core.topology import Topology
 from grace.spec.loader import load_cluster
 
@@ -54,7 +56,11 @@ def test_plan_names_a_gpu_the_book_lacks() -> None:
 def test_showback_endpoint_answers_on_an_empty_cluster(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'grace.sqlite'}")
     topo = Topology.from_spec(load_cluster(REPO / "examples" / "clusters" / "lab.yaml"))
-    client = TestClient(create_app(store, topo, tmp_path))
+    with store.transaction() as s:
+        _, token = tokens.create(s, name="ops", role=Role.OPERATOR, tenant=None,
+                                 created_by="test", now=0.0)
+    client = TestClient(create_app(store, topo, tmp_path),
+                        headers={"Authorization": f"Bearer {token}"})
     r = client.get("/showback", params={"since": 0})
     store.close()
     assert r.status_code == 200

@@ -21,6 +21,7 @@ class _Server:
     def __init__(self, status: int = 200, delay_s: float = 0.0) -> None:
         self.payloads: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.auth: set[str] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +29,7 @@ class _Server:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 time.sleep(delay_s)
                 server.paths.append(self.path)
+                server.auth.add(self.headers.get("Authorization", ""))
                 server.payloads.append(json.loads(body))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -141,3 +143,17 @@ def test_step_window_folds_steps_into_records() -> None:
     assert w.flush(now=11.5) is None
     w.add(4, 3.0, 0, 0.1, {}, now=11.6)
     assert w.flush(now=11.7)["step"] == 4
+
+
+def test_a_nan_loss_is_sent_as_null_and_the_sender_lives_on(tmp_path: Path,
+                                                            server: _Server) -> None:
+    hb = sender(tmp_path, server.url, flush_s=60.0, token="gjob_7_2_" + "a" * 64)
+    hb.add({**_record(1), "loss": float("nan")})
+    hb.add(_record(2))
+    assert hb.flush(timeout=10)
+    hb.add(_record(3))  # the thread survived the NaN: later records still go out
+    assert hb.flush(timeout=10)
+    hb.close()
+    assert [(r["step"], r["loss"]) for r in server.records][:2] == [(1, None), (2, 0.5)]
+    assert [r["step"] for r in server.records] == [1, 2, 3]
+    assert server.auth == {"Bearer gjob_7_2_" + "a" * 64}

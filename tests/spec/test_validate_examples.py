@@ -23,7 +23,8 @@ BROKEN = sorted((_EXAMPLES / "broken").glob("*.yaml"))
 runner = CliRunner()
 
 #: the kind of every example outside clusters/ and jobs/ (a new one needs a row)
-OTHER_KINDS = {"bursting.yaml": "bursting", "health.yaml": "health", "prices.yaml": "prices"}
+OTHER_KINDS = {"bursting.yaml": "bursting", "health.yaml": "health", "prices.yaml": "prices",
+               "admission.yaml": "admission"}
 
 
 def _id(p: Path) -> str:

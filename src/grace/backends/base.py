@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -30,6 +30,25 @@ from grace.spec import launch_limits
 from grace.spec.cluster import ClusterSpec
 
 log = logging.getLogger(__name__)
+
+SECRET_ENV: frozenset[str] = frozenset({"GRACE_TOKEN", "GRACE_CHECKPOINT_KEY"})
+"""Variables of ``LaunchSpec.env`` that are secrets: the attempt's job-scoped API token
+(``gjob_...``) and the base64 of the job's checkpoint data key.
+
+A backend hands them to the attempt's processes through their environment only:
+never into a file (a script, a launch record, a log), a handle, an observation's
+detail or a command line (``ps`` shows argv to every user). The data key in a
+file beside the encrypted checkpoints would undo the encryption for whoever can
+read the job's directory; the token in one would let them post as the attempt.
+The names are the ones the runtime reads (``grace.runtime.config.CHECKPOINT_KEY_ENV``,
+``grace.runtime.heartbeat``).
+"""
+
+
+def split_secret_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(plain, secret)``: ``env`` without the SECRET_ENV variables, and those alone."""
+    plain = {k: v for k, v in env.items() if k not in SECRET_ENV}
+    return plain, {k: v for k, v in env.items() if k in SECRET_ENV}
 
 
 class LaunchSpecError(ValueError):
@@ -69,6 +88,8 @@ class LaunchSpec:
     workdir: Path  # per-job directory: logs, checkpoints, exit status
     env: dict[str, str] = field(default_factory=dict)
     time_limit_s: float | None = None
+    tenant: str = "default"  # whose job: the local backend runs it as that tenant's user
+    memory_gb: float | None = None  # per node (cgroup limit); None: the node's share per GPU
 
     def check(self) -> None:
         """Refuse a spec no backend can start, before anything is written or submitted.
@@ -100,6 +121,7 @@ class Observation:
     exit_code: int | None = None
     detail: str = ""
     failed_node: str | None = None  # the node whose rank failed first, when known
+    oom: bool = False  # the kernel killed a process of it for its memory limit (cgroup)
 
 
 @runtime_checkable

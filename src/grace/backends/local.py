@@ -33,7 +33,9 @@ On disk, under the job's ``workdir``::
     attempt-<n>/launching.json       the token, written before any process is started
     attempt-<n>/cancel.json          written by cancel() before it signals anything
     attempt-<n>/reaped.json          written by reap() before it kills a watched attempt
+    attempt-<n>/tmp/                 $TMPDIR
     checkpoints/                     $GRACE_CHECKPOINT_DIR, shared by all attempts
+    home/                            $HOME, shared by all attempts
 
 Cancel returns at once: it writes ``cancel.json`` and sends SIGTERM; one daemon
 thread per backend (started when needed, gone when idle) SIGKILLs what is left
@@ -44,6 +46,17 @@ Reap finds an attempt's processes without its handle: by the token in
 ``GRACE_WORKDIR``/``GRACE_ATTEMPT`` every process of an attempt inherits. Launch
 of attempt n reaps attempts 1..n-1 of the job first, so a gang orphaned by a
 control plane that died mid-launch never shares GPUs with its successor.
+
+Isolation (``isolation.py``, decided once at construction): with ``users`` each
+agent starts through the exec shim (``sandbox_exec``) as its tenant's uid, in a
+cgroup per attempt and node (``cgroups.py``); with ``cgroup`` as root in those
+cgroups; with ``none`` as today. Every process of an attempt is in its cgroups,
+so cancel, teardown and reap also SIGKILL whatever ``cgroup.procs`` lists, which
+catches a child that left its session and scrubbed its environment; an attempt
+that fails after its cgroup counted an OOM kill is reported ``oom``. Files a job
+can write are read without trusting it (``isolation.read_job_file``), and the
+control plane's own records in a job's directory count only when root owns them.
+Every mode gives the job a clean environment (``isolation.job_environment``).
 
 Rendezvous is torchrun's *static* one (``--master-addr/--master-port`` with
 ``--node-rank=i``), not c10d: static maps NodeAssignment ``i`` to group rank
@@ -72,15 +85,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grace
 from grace.backends import local_agent
 from grace.backends.base import (
     AttemptStatus,
     Deadlines,
     LaunchSpec,
+    LaunchSpecError,
     Observation,
     ReapError,
-    adopt_recorded,
+)
+from grace.backends.cgroups import AttemptCgroup, CgroupError, leaf_name, scope_of
+from grace.backends.isolation import (
+    DEFAULT_JOB_UIDS,
+    UID_MAP,
+    Isolation,
+    TenantUids,
+    first_blocked,
+    job_environment,
+    private_dir,
+    read_job_file,
+    read_job_json,
+    resolve,
+    shim_command,
 )
 from grace.backends.local_agent import (
     TOKEN_ENV,
@@ -89,7 +115,7 @@ from grace.backends.local_agent import (
     read_json,
     write_json_atomic,
 )
-from grace.spec.cluster import ClusterSpec
+from grace.spec.cluster import ClusterSpec, NodeGroupSpec
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +132,8 @@ DETAIL_LINES = 20
 REAP_TIMEOUT_S = 10.0
 #: Seconds between two SIGKILL rounds while processes of an attempt remain.
 KILL_ROUND_S = 0.05
-#: Variables of the control plane's own environment that must not leak into a gang.
-_SCRUB = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    TOKEN_ENV,
-)
+#: Bytes in the ``memory_gb`` of a job or a node group (GiB, as ``free -g`` counts).
+GIB = 1 << 30
 
 
 @dataclass
@@ -126,6 +143,7 @@ class _Node:
     gpus: tuple[int, ...]  # the CUDA ids given to this node's ranks
     pid: int  # the agent's pid; its pgid too (it leads its own session)
     proc: subprocess.Popen[bytes] | None = None  # only for agents this instance started
+    cgroup: AttemptCgroup | None = None  # every process of this node of the attempt
 
 
 @dataclass
@@ -137,6 +155,12 @@ class _Attempt:
     nodes: list[_Node]
     handle: str
     kill_at: float | None = None  # monotonic time to SIGKILL a gang being torn down or cancelled
+    uid: int | None = None  # the tenant's uid its processes run as (isolation=users)
+    cancelled: bool = False  # cancel() asked, even if its marker could not be written
+    reaped: bool = False  # reap() ended it, even if its marker could not be written
+
+    def cgroups(self) -> list[AttemptCgroup]:
+        return [n.cgroup for n in self.nodes if n.cgroup is not None]
 
 
 #: Where rendezvous ports are drawn from when the ephemeral range is unknown (Linux's default
@@ -178,16 +202,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = DETAIL_LINES, max_chars: int = 4000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
+def _tail(path: Path, owner: int | None, lines: int = DETAIL_LINES, max_chars: int = 4000) -> str:
+    """The last lines of a log a job wrote; with ``owner``, only a regular file of that uid
+    (never a symlink a job planted to make root read something else into its detail)."""
+    raw = read_job_file(path, owner)
+    if raw is None:
         return ""
-    return "\n".join(text.splitlines()[-lines:])[-max_chars:]
+    return "\n".join(raw.decode(errors="replace").splitlines()[-lines:])[-max_chars:]
 
 
 def _attempt_number(dir_name: str) -> int | None:
@@ -231,6 +252,11 @@ class LocalBackend:
     job's command runs (relative script paths resolve there): the control
     plane's working directory unless given. ``use_nvml=False`` ignores NVML
     even where it finds GPUs (tests use it to stay deterministic).
+
+    ``isolation`` (see ``grace.backends.isolation``) is resolved here, once:
+    AUTO picks the strongest mode this host allows and logs a WARNING naming
+    what is missing; USERS or CGROUP asked for but impossible raise
+    IsolationError. ``job_uids`` is where tenants' uids come from (USERS).
     """
 
     name = "local"
@@ -242,10 +268,18 @@ class LocalBackend:
         *,
         cwd: Path | None = None,
         use_nvml: bool = True,
+        isolation: Isolation = Isolation.AUTO,
+        job_uids: range | None = None,
     ) -> None:
-        self._state_dir = Path(state_dir)
-        (self._state_dir / "attempts").mkdir(parents=True, exist_ok=True)
-        self._cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self._state_dir = Path(state_dir).resolve()
+        (self._state_dir / "attempts").mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._cwd = Path(cwd).resolve() if cwd is not None else Path.cwd()
+        self._scope = scope_of(self._state_dir)
+        self._isolation = resolve(isolation, self._state_dir, self._cwd,
+                                  job_uids if job_uids is not None else DEFAULT_JOB_UIDS, self._scope)
+        self._uids = (TenantUids(self._state_dir / UID_MAP, self._isolation.uids)
+                      if self._isolation.users else None)
+        self._dead_cgroups: list[AttemptCgroup] = []  # ended attempts' cgroups not yet removed
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._lock = threading.RLock()
         self._inventory = cluster
@@ -260,6 +294,31 @@ class LocalBackend:
                 self._inventory, self._slots = nvml.cluster_from_gpus(gpus)
                 caps.add("nvml")
         self.capabilities: frozenset[str] = frozenset(caps)
+        self._groups: dict[str, NodeGroupSpec] = {
+            name: g for g in self._inventory.node_groups for name in g.node_names()}
+        self._sweep_cgroups()
+
+    def _sweep_cgroups(self) -> None:
+        """Remove this state dir's empty cgroups that no recorded attempt owns: left by a
+        control plane that died after its attempt ended and before it was reported. Those
+        of recorded attempts stay (their OOM count is read when the attempt is adopted)."""
+        h = self._isolation.hierarchy
+        if h is None:
+            return
+        recorded = {f"{job}-{attempt}-" for job, attempt in self.recorded_handles()}
+        for cg in h.leaves(self._scope, ""):
+            leaf = cg.path.name
+            if not any(leaf.startswith(prefix) for prefix in recorded) and not cg.pids():
+                with contextlib.suppress(OSError):
+                    cg.remove()
+
+    def isolation_report(self) -> dict[str, Any]:
+        """How attempts are kept apart here (mode, why, cgroup version, uid range), for
+        ``/healthz``."""
+        report = self._isolation.report()
+        if self._uids is not None:
+            report["tenants"] = len(self._uids.known())
+        return report
 
     # ------------------------------------------------------------------ protocol
 
@@ -295,7 +354,7 @@ class LocalBackend:
             if key in self._attempts:
                 return self._attempts[key].handle
             attempt_dir = workdir / f"attempt-{spec.attempt}"
-            adopted = adopt_recorded(self, spec, attempt_dir)
+            adopted = self._adopt_recorded(spec, attempt_dir)
             if adopted is not None:
                 return adopted
             if attempt_dir.exists():
@@ -305,7 +364,8 @@ class LocalBackend:
             return self._start(spec, attempt_dir)
 
     def poll(self) -> list[Observation]:
-        """RUNNING for live attempts; each ended attempt reported exactly once, then forgotten."""
+        """RUNNING for live attempts; each ended attempt reported exactly once, then forgotten
+        (its cgroups removed)."""
         out: list[Observation] = []
         with self._lock:
             for key, a in list(self._attempts.items()):
@@ -316,6 +376,8 @@ class LocalBackend:
                     self._kills.drop(key)
                     with contextlib.suppress(FileNotFoundError):
                         self._registry(*key).unlink()
+                    self._dead_cgroups += a.cgroups()
+            self._remove_dead_cgroups()
         return out
 
     def cancel(self, job_id: int, attempt: int, grace_s: float = 10.0) -> None:
@@ -335,9 +397,12 @@ class LocalBackend:
                 return
             if all(self._node_state(a, n)[0] == "exited" for n in a.nodes):
                 return  # it ended on its own; poll() reports how
-            marker = a.dir / "cancel.json"
-            if not marker.exists():
-                write_json_atomic(marker, {"at": time.time(), "grace_s": grace_s})
+            a.cancelled = True
+            if self._control_record(a, "cancel.json") is None:
+                try:
+                    write_json_atomic(a.dir / "cancel.json", {"at": time.time(), "grace_s": grace_s})
+                except OSError as e:  # the job owns the directory and may stand in the way
+                    log.warning("job %s attempt %s: no cancel.json: %s", job_id, attempt, e)
             at = time.monotonic() + max(0.0, grace_s)
             if a.kill_at is None:  # not yet signalled by a cancel or a failure's teardown
                 self._signal_all(a, signal.SIGTERM)
@@ -361,15 +426,19 @@ class LocalBackend:
                 raise ValueError(f"not a local backend handle (v{data.get('v')})")
             if (data["job_id"], data["attempt"]) != (job_id, attempt):
                 raise ValueError(f"handle is for job {data['job_id']} attempt {data['attempt']}")
+            uid = data.get("uid")
             a = _Attempt(
                 job_id=job_id,
                 attempt=attempt,
                 dir=Path(data["dir"]),
                 token=str(data["token"]),
                 nodes=[
-                    _Node(n["node"], int(n["index"]), tuple(n["gpus"]), int(n["pid"])) for n in data["nodes"]
+                    _Node(n["node"], int(n["index"]), tuple(n["gpus"]), int(n["pid"]),
+                          cgroup=self._cgroup(job_id, attempt, str(n["node"])))
+                    for n in data["nodes"]
                 ],
                 handle=handle,
+                uid=int(uid) if uid is not None else None,
             )
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"job {job_id} attempt {attempt}: bad handle: {e}") from e
@@ -377,9 +446,11 @@ class LocalBackend:
             if (job_id, attempt) in self._attempts:
                 return True
             states = [self._node_state(a, n)[0] for n in a.nodes]
-            cancel = read_json(a.dir / "cancel.json")
+            cancel = self._control_record(a, "cancel.json")
             if all(s == "gone" for s in states) and cancel is None:
                 self._kill_strays(a)
+                self._dead_cgroups += a.cgroups()
+                self._remove_dead_cgroups()
                 with contextlib.suppress(FileNotFoundError):
                     self._registry(job_id, attempt).unlink()
                 return False
@@ -485,19 +556,31 @@ class LocalBackend:
             for d in workdir.iterdir():
                 if _attempt_number(d.name) in attempts:
                     for name in ("launching.json", "launch.json"):
-                        record = read_json(d / name)
+                        record = self._control_record(d, name)
                         if record is not None and record.get("token"):
                             tokens.add(str(record["token"]))
-        found = _scan_attempts(tokens, str(workdir), attempts)
+        cgroups = self._attempt_cgroups(job_id, attempts, watched)
+
+        def alive() -> dict[int, int]:
+            found = _scan_attempts(tokens, str(workdir), attempts)
+            for cg in cgroups:
+                found.update(dict.fromkeys(cg.pids() - found.keys(), 0))  # 0: no group to kill
+            return found
+
+        found = alive()
         if found:
             for a in watched:
-                write_json_atomic(a.dir / "reaped.json", {"at": time.time()})
+                a.reaped = True
+                with contextlib.suppress(OSError):  # the job's own directory: it may be in the way
+                    write_json_atomic(a.dir / "reaped.json", {"at": time.time()})
         ended: set[int] = set()
         deadline = time.monotonic() + REAP_TIMEOUT_S
         while found:
             if time.monotonic() > deadline:
                 raise ReapError(f"job {job_id} attempt(s) {sorted(attempts)}: processes "
                                 f"{sorted(found)} survive SIGKILL after {REAP_TIMEOUT_S:g}s")
+            for cg in cgroups:  # everything in them, whatever its environment and session
+                cg.kill()
             # groups led by one of them are the attempt's (agents, rank shims): a member
             # that dropped the variables still dies with its group
             local_agent.signal_groups({g for p, g in found.items() if p == g}, signal.SIGKILL)
@@ -512,7 +595,10 @@ class LocalBackend:
                 for n in a.nodes:
                     if n.proc is not None:
                         n.proc.poll()
-            found = _scan_attempts(tokens, str(workdir), attempts)
+            found = alive()
+        watched_cgroups = {cg.path for a in watched for cg in a.cgroups()}
+        self._dead_cgroups += [cg for cg in cgroups if cg.path not in watched_cgroups]
+        self._remove_dead_cgroups()  # a watched attempt's go once poll() reports it
         for k in attempts:
             if (job_id, k) not in self._attempts:
                 with contextlib.suppress(FileNotFoundError):
@@ -521,6 +607,18 @@ class LocalBackend:
             log.warning("job %s attempt(s) %s: reaped %d process(es)", job_id, sorted(attempts),
                         len(ended))
         return len(ended)
+
+    def _attempt_cgroups(self, job_id: int, attempts: set[int],
+                         watched: list[_Attempt]) -> list[AttemptCgroup]:
+        """The cgroups of these attempts: the watched ones' and whatever exists under this
+        state dir's scope with their names (a launch cut short, an attempt never adopted)."""
+        found = {cg.path: cg for a in watched for cg in a.cgroups()}
+        h = self._isolation.hierarchy
+        if h is not None:
+            for k in attempts:
+                for cg in h.leaves(self._scope, f"{job_id}-{k}-"):
+                    found.setdefault(cg.path, cg)
+        return list(found.values())
 
     # ------------------------------------------------------------------ the kill worker
 
@@ -568,28 +666,128 @@ class LocalBackend:
         return cmd
 
     def _env(self, spec: LaunchSpec, i: int, gpus: tuple[int, ...], token: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("TORCHELASTIC_")}
-        env.update(spec.env)
+        """The attempt's clean environment (``isolation.job_environment``): nothing of the
+        control plane's own beyond the allow-list."""
         workdir = Path(spec.workdir).resolve()
-        src = str(Path(grace.__file__).resolve().parent.parent)
-        env.update(
-            CUDA_VISIBLE_DEVICES=",".join(str(g) for g in gpus),
-            GRACE_JOB_ID=str(spec.job_id),
-            GRACE_ATTEMPT=str(spec.attempt),
-            GRACE_NODE=spec.nodes[i].node,
-            GRACE_WORKDIR=str(workdir),
-            GRACE_CHECKPOINT_DIR=str(workdir / "checkpoints"),
-            PYTHONPATH=os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p),
-        )
-        env[TOKEN_ENV] = f"{token}:{i}"
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA ids == NVML indexes
-        return env
+        attempt_dir = workdir / f"attempt-{spec.attempt}"
+        return job_environment(os.environ, spec.env, {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            "GRACE_JOB_ID": str(spec.job_id),
+            "GRACE_ATTEMPT": str(spec.attempt),
+            "GRACE_NODE": spec.nodes[i].node,
+            "GRACE_WORKDIR": str(workdir),
+            "GRACE_CHECKPOINT_DIR": str(workdir / "checkpoints"),
+            "HOME": spec.env.get("HOME") or str(workdir / "home"),
+            "TMPDIR": spec.env.get("TMPDIR") or str(attempt_dir / "tmp"),
+            TOKEN_ENV: f"{token}:{i}",
+        })
+
+    def _cpu_cores(self, node: str, gpus: int) -> float:
+        """The node's share of CPU cores for ``gpus`` GPUs (the cgroup's CPU weight)."""
+        group = self._groups.get(node)
+        if group is None:
+            return float(max(1, gpus))
+        return group.cpu_cores * max(1, gpus) / group.gpus_per_node
+
+    def _memory_bytes(self, spec: LaunchSpec, node: str, gpus: int) -> int | None:
+        """The node's memory limit: the job's ``memory_gb`` per node, else the node's share
+        for its GPUs (``memory_gb * gpus / gpus_per_node`` of its node group)."""
+        if spec.memory_gb is not None:
+            if not spec.memory_gb > 0:
+                raise LaunchSpecError(f"job {spec.job_id}: memory_gb must be above 0, got "
+                                      f"{spec.memory_gb}")
+            return int(spec.memory_gb * GIB)
+        group = self._groups.get(node)
+        if group is None:
+            log.warning("node %s is not in the inventory: no memory limit for it", node)
+            return None
+        return int(group.memory_gb * GIB * max(1, gpus) / group.gpus_per_node)
+
+    def _cgroup(self, job_id: int, attempt: int, node: str) -> AttemptCgroup | None:
+        """Where this node of the attempt lives, when the mode uses cgroups (derivable, so
+        a restarted control plane finds it from the handle alone)."""
+        h = self._isolation.hierarchy
+        return h.leaf(self._scope, leaf_name(job_id, attempt, node)) if h is not None else None
+
+    @staticmethod
+    def _fresh(cgroup: AttemptCgroup) -> None:
+        """Remove a leftover of a launch cut short (its processes were reaped), so the new
+        attempt starts with its own OOM count; CgroupError if it cannot be emptied."""
+        for _ in range(20):
+            if not cgroup.exists() or (not cgroup.kill() and cgroup.remove()):
+                return
+            time.sleep(KILL_ROUND_S)
+        raise CgroupError(f"cgroup {cgroup.name} of an earlier launch cannot be emptied")
+
+    def _remove_dead_cgroups(self) -> None:
+        """Remove the cgroups of ended attempts; one with a process left is emptied first
+        and tried again at the next poll."""
+        left = []
+        for cg in self._dead_cgroups:
+            cg.kill()
+            try:
+                if not cg.remove():
+                    left.append(cg)
+            except OSError as e:
+                log.error("cannot remove cgroup %s: %s", cg.name, e)
+        self._dead_cgroups = left
+
+    def _control_record(self, a: _Attempt | Path, name: str) -> dict[str, Any] | None:
+        """A record the control plane wrote in an attempt dir (launch, cancel, reap): with
+        users isolation only a root-owned regular file counts, so a job cannot forge one in
+        its own directory (a launch record naming another tenant's processes)."""
+        d = a.dir if isinstance(a, _Attempt) else a
+        return read_job_json(d / name, 0 if self._isolation.users else None)
+
+    def _adopt_recorded(self, spec: LaunchSpec, attempt_dir: Path) -> str | None:
+        """The handle of this attempt if an earlier launch recorded it (the state dir's
+        registry, else ``launch.json``) and it is still there to adopt: launching it again
+        must not start a second gang. A record naming another directory is ignored."""
+        previous = read_json(self._registry(spec.job_id, spec.attempt))
+        if previous is None or previous.get("dir") != str(attempt_dir):
+            previous = self._control_record(attempt_dir, "launch.json")
+        if previous is None or previous.get("dir") != str(attempt_dir):
+            return None
+        old = json.dumps(previous, sort_keys=True)
+        if not self.adopt(spec.job_id, spec.attempt, old):
+            return None
+        log.warning("job %s attempt %s was launched already; adopted it", spec.job_id, spec.attempt)
+        return old
+
+    def _job_dirs(self, spec: LaunchSpec, attempt_dir: Path, uid: int | None) -> None:
+        """The job's directories, before any of its processes exist.
+
+        With a uid: the workdir stays root's, mode 0711 (the job cannot rename what is in
+        it, so the control plane's paths into it stay what they were), and its
+        ``checkpoints/`` and ``home/``, and the attempt dir, are the uid's, mode 0700.
+        """
+        workdir = attempt_dir.parent
+        workdir.mkdir(parents=True, exist_ok=True)
+        (attempt_dir / "ranks").mkdir(parents=True)
+        (attempt_dir / "tmp").mkdir()
+        for n in spec.nodes:  # root opens them for the agents; created before the chown
+            (attempt_dir / f"{n.node}.log").touch()
+        if uid is None:
+            (workdir / "checkpoints").mkdir(exist_ok=True)
+            (workdir / "home").mkdir(exist_ok=True)
+            return
+        blocked = first_blocked(workdir.parent)
+        if blocked is not None:
+            raise LaunchSpecError(f"job {spec.job_id}: its uid {uid} cannot reach its workdir "
+                                  f"{workdir}: {blocked} is closed to other users; put workdirs "
+                                  "under the state dir's jobs/ or chmod o+x it")
+        st = os.lstat(workdir)
+        if (st.st_uid, st.st_gid) != (0, 0):
+            os.lchown(workdir, 0, 0)
+        os.chmod(workdir, 0o711)
+        for sub in ("checkpoints", "home"):
+            private_dir(workdir / sub, uid, uid)
+        private_dir(attempt_dir, uid, uid)
 
     def _start(self, spec: LaunchSpec, attempt_dir: Path) -> str:
-        workdir = Path(spec.workdir).resolve()
-        (attempt_dir / "ranks").mkdir(parents=True)
-        (workdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        uid = self._uids.uid_of(spec.tenant) if self._uids is not None else None
+        limits = [self._memory_bytes(spec, n.node, len(n.gpus)) for n in spec.nodes]
+        self._job_dirs(spec, attempt_dir, uid)
         port, token = _free_port(), uuid.uuid4().hex[:16]
         # The token goes to disk before any process exists, so a control plane that
         # dies mid-launch leaves a way to find (and kill) a half-started gang.
@@ -629,9 +827,18 @@ class LocalBackend:
                 ]
                 if spec.time_limit_s is not None:
                     agent.append(f"--time-limit={spec.time_limit_s}")
-                with open(attempt_dir / f"{assignment.node}.log", "ab") as node_log:
+                argv = [*agent, "--", *torchrun]
+                cgroup = self._cgroup(spec.job_id, spec.attempt, assignment.node)
+                if cgroup is not None:
+                    self._fresh(cgroup)
+                    cgroup.create(limits[i], self._cpu_cores(assignment.node, len(gpus)))
+                if self._isolation.mode is not Isolation.NONE:
+                    argv = shim_command(argv, joins=cgroup.procs_files() if cgroup else [], uid=uid)
+                node_log = os.open(attempt_dir / f"{assignment.node}.log",
+                                   os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+                try:
                     proc = subprocess.Popen(
-                        [*agent, "--", *torchrun],
+                        argv,
                         cwd=self._cwd,
                         env=self._env(spec, i, gpus, token),
                         stdin=subprocess.DEVNULL,
@@ -639,11 +846,19 @@ class LocalBackend:
                         stderr=subprocess.STDOUT,
                         start_new_session=True,  # outlives the control plane; killpg ends the agent
                     )
-                nodes.append(_Node(assignment.node, i, gpus, proc.pid, proc))
-        except OSError:
+                finally:
+                    os.close(node_log)
+                nodes.append(_Node(assignment.node, i, gpus, proc.pid, proc, cgroup))
+        except BaseException:
             for n in nodes:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(n.pid, signal.SIGKILL)
+            for i, assignment in enumerate(spec.nodes):
+                cg = nodes[i].cgroup if i < len(nodes) else self._cgroup(
+                    spec.job_id, spec.attempt, assignment.node)
+                if cg is not None:
+                    self._dead_cgroups.append(cg)
+            self._remove_dead_cgroups()
             raise
         data = {
             "v": HANDLE_VERSION,
@@ -653,18 +868,27 @@ class LocalBackend:
             "dir": str(attempt_dir),
             "token": token,
             "port": port,
+            "uid": uid,
+            "isolation": self._isolation.mode.value,
             "nodes": [
-                {"node": n.name, "index": n.index, "gpus": list(n.gpus), "pid": n.pid, "pgid": n.pid}
+                {"node": n.name, "index": n.index, "gpus": list(n.gpus), "pid": n.pid, "pgid": n.pid,
+                 "cgroup": n.cgroup.name if n.cgroup else None}
                 for n in nodes
             ],
         }
         handle = json.dumps(data, sort_keys=True)
-        write_json_atomic(attempt_dir / "launch.json", data)
-        write_json_atomic(self._registry(spec.job_id, spec.attempt), data)
+        write_json_atomic(self._registry(spec.job_id, spec.attempt), data)  # root's: trusted
+        try:
+            write_json_atomic(attempt_dir / "launch.json", data)  # a copy beside the job's files
+        except OSError as e:  # its own processes own the directory now and may stand in the way
+            log.warning("job %s attempt %s: no launch.json in %s: %s", spec.job_id, spec.attempt,
+                        attempt_dir, e)
         self._attempts[(spec.job_id, spec.attempt)] = _Attempt(
-            spec.job_id, spec.attempt, attempt_dir, token, nodes, handle
+            spec.job_id, spec.attempt, attempt_dir, token, nodes, handle, uid=uid
         )
-        log.info("job %s attempt %s: %d agents started, port %d", spec.job_id, spec.attempt, len(nodes), port)
+        log.info("job %s attempt %s: %d agents started, port %d, isolation %s%s", spec.job_id,
+                 spec.attempt, len(nodes), port, self._isolation.mode,
+                 f" as uid {uid}" if uid is not None else "")
         return handle
 
     def _agent_alive(self, a: _Attempt, n: _Node) -> bool:
@@ -695,22 +919,24 @@ class LocalBackend:
         writes it *before* exiting: dead and still no record means none is coming.
         """
         path = a.dir / f"{n.name}.exit"
-        record = read_json(path)
+        record = read_job_json(path, a.uid)
         if record is not None:
             return "exited", record
         if self._agent_alive(a, n):
             return "running", None
-        record = read_json(path)
+        record = read_job_json(path, a.uid)
         return ("exited", record) if record is not None else ("gone", None)
 
     def _any_alive(self, a: _Attempt) -> bool:
         with self._lock:
             if any(self._agent_alive(a, n) for n in a.nodes):
                 return True
-        return bool(processes_with_token(a.token))
+        return bool(processes_with_token(a.token)) or any(cg.pids() for cg in a.cgroups())
 
     def _signal_all(self, a: _Attempt, sig: int) -> None:
-        """Signal every live agent's group and every process carrying the attempt's token."""
+        """Signal every live agent's group, every process carrying the attempt's token, and
+        every process in its cgroups (a child that daemonized and scrubbed its environment
+        is still there)."""
         pgids = {n.pid for n in a.nodes if self._agent_alive(a, n)}
         pgids.update(processes_with_token(a.token).values())
         local_agent.signal_groups(pgids, sig)
@@ -718,26 +944,26 @@ class LocalBackend:
             for pid in processes_with_token(a.token):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+        for cg in a.cgroups():
+            cg.signal(sig)
 
     def _kill_strays(self, a: _Attempt) -> bool:
-        """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest.
-        True once none is left."""
-        return self._kill_token(a.token)
-
-    @staticmethod
-    def _kill_token(token: str) -> bool:
-        """SIGKILL every process carrying the token (and its group) until none is left;
-        False if some survived a second of it."""
+        """Once every agent is dead, nothing of the attempt may linger: SIGKILL the rest
+        (by token, and everything in its cgroups) until none is left; False if some
+        survived a second of it."""
         for _ in range(20):
-            left = processes_with_token(token)
-            if not left:
+            left = processes_with_token(a.token)
+            in_cgroups = [cg for cg in a.cgroups() if cg.pids()]
+            if not left and not in_cgroups:
                 return True
+            for cg in in_cgroups:
+                cg.kill()
             local_agent.signal_groups(left.values(), signal.SIGKILL)
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
-        return not processes_with_token(token)
+        return not processes_with_token(a.token) and not any(cg.pids() for cg in a.cgroups())
 
     def _tear_down(self, a: _Attempt) -> None:
         """End the nodes still running after another failed: SIGTERM now, SIGKILL later polls."""
@@ -753,7 +979,8 @@ class LocalBackend:
         for name, rec in exits.items():
             if rec.get("reason") == "time_limit":
                 return {"node": name, "exit_code": rec.get("exit_code"), "why": "time_limit"}
-        ranks = [r for r in (read_json(p) for p in (a.dir / "ranks").glob("rank-*.exit")) if r]
+        ranks = [r for r in (read_job_json(p, a.uid) for p in (a.dir / "ranks").glob("rank-*.exit"))
+                 if r]
         bad = [r for r in ranks if r.get("exit_code") not in (0, None)]
         if bad:
             first = min(bad, key=lambda r: float(r.get("ended_at", 0.0)))
@@ -777,17 +1004,17 @@ class LocalBackend:
         """
         files = rank_logs(a.dir).get(str(failure["node"]), {}).get(failure.get("local_rank", -1))
         if files is not None:
-            text = _tail(files[1]) or _tail(files[0])
+            text = _tail(files[1], a.uid) or _tail(files[0], a.uid)
             if text:
                 return text
-        return _tail(a.dir / f"{failure['node']}.log")
+        return _tail(a.dir / f"{failure['node']}.log", a.uid)
 
     def _observe(self, a: _Attempt) -> Observation:
         states = {n.name: self._node_state(a, n) for n in a.nodes}
         exits = {name: rec for name, (s, rec) in states.items() if s == "exited" and rec is not None}
         running = [name for name, (s, _) in states.items() if s == "running"]
         gone = [name for name, (s, _) in states.items() if s == "gone"]
-        cancelled = (a.dir / "cancel.json").exists()
+        cancelled = a.cancelled or self._control_record(a, "cancel.json") is not None
         failure = None if cancelled else self._first_failure(a, exits)
 
         def obs(status: AttemptStatus, **kw: Any) -> Observation:
@@ -804,8 +1031,11 @@ class LocalBackend:
             return obs(AttemptStatus.RUNNING)
         if cancelled:
             return obs(AttemptStatus.CANCELLED, detail="cancelled")
-        if (a.dir / "reaped.json").exists():
+        if a.reaped or self._control_record(a, "reaped.json") is not None:
             return obs(AttemptStatus.LOST, detail="ended by reap(): its processes were SIGKILLed")
+        oom = self._oom(a, failure, gone)
+        if oom is not None:
+            return oom
         if gone and failure is not None and failure.get("exit_code") in (-15, -9, 137, 143):
             failure = None  # ranks signalled as their vanished agent went down: the agent is the cause
         if failure is not None:
@@ -828,6 +1058,27 @@ class LocalBackend:
                 AttemptStatus.LOST,
                 failed_node=node,
                 detail=f"agent of node {node} disappeared without an exit record\n"
-                f"{_tail(a.dir / f'{node}.log')}",
+                f"{_tail(a.dir / f'{node}.log', a.uid)}",
             )
         return obs(AttemptStatus.SUCCEEDED, exit_code=0)
+
+    def _oom(self, a: _Attempt, failure: dict[str, Any] | None, gone: list[str]) -> Observation | None:
+        """FAILED with ``oom`` when the kernel killed a process of a node for its memory
+        limit and the attempt did not succeed; None otherwise (a job that lost a worker to
+        the limit and finished anyway succeeded). Called after every process is gone."""
+        if failure is None and not gone:
+            return None
+        for n in a.nodes:
+            if n.cgroup is None or n.cgroup.oom_kills() <= 0:
+                continue
+            limit = n.cgroup.memory_limit()
+            gib = f"{limit / GIB:.3g} GiB" if limit is not None else "its limit"
+            log_text = self._failure_log(a, failure) if failure else _tail(a.dir / f"{n.name}.log", a.uid)
+            return Observation(
+                a.job_id, a.attempt, AttemptStatus.FAILED,
+                exit_code=failure.get("exit_code") if failure else None,
+                failed_node=n.name, oom=True,
+                detail=f"oom: node {n.name} used more than its memory limit of {gib}; the kernel "
+                       f"killed {n.cgroup.oom_kills()} of its processes (give the job a larger "
+                       f"memory_gb)\n{log_text}")
+        return None

@@ -46,6 +46,8 @@ from typing import Any
 TOKEN_ENV = "GRACE_LOCAL_TOKEN"
 #: Seconds between SIGTERM and SIGKILL when the agent itself ends its node's processes.
 AGENT_KILL_GRACE_S = 10.0
+#: ``oom_score_adj`` of each rank and the job's command (-1000..1000; 0 is the default).
+JOB_OOM_SCORE_ADJ = 500
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -214,6 +216,25 @@ def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: li
     return code if code >= 0 else 128 - code
 
 
+def _prefer_for_oom() -> None:
+    """Make this rank (and the job's command it starts) the OOM killer's first choice.
+
+    When an attempt reaches its cgroup's memory limit, the kernel kills the
+    process with the highest score: left alone, that can be torchrun (a few
+    hundred MB of torch), and then no supervisor lives to record which rank
+    failed. ``JOB_OOM_SCORE_ADJ`` makes the job's own processes the victims, on
+    the machine as a whole too (before the control plane). Raising the value
+    needs no privilege; lowering the supervisors' would (CAP_SYS_RESOURCE).
+    """
+    path = "/proc/self/oom_score_adj"
+    with contextlib.suppress(OSError, ValueError):
+        with open(path) as f:
+            if int(f.read()) >= JOB_OOM_SCORE_ADJ:
+                return
+        with open(path, "w") as f:
+            f.write(str(JOB_OOM_SCORE_ADJ))
+
+
 def run_rank(attempt_dir: Path, argv: list[str]) -> int:
     """Run one rank's command and record its exit code and end time."""
     rank = os.environ.get("RANK", "?")
@@ -224,6 +245,7 @@ def run_rank(attempt_dir: Path, argv: list[str]) -> int:
         "pid": os.getpid(),
     }
     _shield()
+    _prefer_for_oom()
     try:
         proc = subprocess.Popen(argv)  # same group: torchrun's killpg(rank) reaches it
     except OSError as e:

@@ -6,11 +6,11 @@ tracking, accounting). One attempt is one ``sbatch``:
 
     sbatch --job-name=grace-<job>-<attempt> --comment="grace job J attempt A of <instance>"
            --nodes=N --nodelist=<exactly Grace's nodes> --gres=gpu:K --time=M
-           --signal=TERM@S --output=<attempt dir>/slurm-%j.out  <attempt dir>/job.sh
+           --signal=TERM@S --output=<attempt dir>/slurm-%j.out --export=ALL  <attempt dir>/job.sh
 
 ``job.sh`` exports the attempt's environment (checkpoint dir and interval,
-``GRACE_URL`` for heartbeats, Grace's ids) and runs ``srun`` with one task per
-node; each task (``node.sh``) runs ``torchrun`` with the static rendezvous on the
+``GRACE_URL`` for heartbeats, Grace's ids) except its secrets, and runs ``srun``
+with one task per node; each task (``node.sh``) runs ``torchrun`` with the static rendezvous on the
 first node of ``$SLURM_JOB_NODELIST`` at a port derived from the Slurm job id,
 so two jobs sharing a node never pick the same one. Each rank runs under the
 local backend's ``rank`` shim, which records its exit code, node and end time
@@ -39,6 +39,27 @@ sends ``scancel --full --signal=KILL`` and ``scancel`` if Slurm still lists the
 job live, so a long grace never holds up the reconcile cycle. The batch shell
 itself is not signalled: it only waits for ``srun``, and a signalled ``srun``
 would forward a second SIGTERM to the ranks.
+
+Secrets (``base.SECRET_ENV``: the attempt's job token, the checkpoint data key)
+are never written to ``job.sh``, ``launch.json``, a log or the handle: they are
+in the environment of the ``sbatch`` process only, which ``--export=ALL`` hands
+to the batch script and ``srun --export=ALL`` to every step. The control plane's
+own values of those names are dropped first, so a job never inherits, say, the
+admin token of the shell that ran ``grace up``. What remains, and Grace cannot
+change: slurmctld keeps a batch job's environment in its state
+(``<StateSaveLocation>/hash.<n>/job.<id>/environment``, mode 0700, SlurmUser's)
+from submit until it purges the job record (``MinJobAge`` after the end), and
+sites with ``AccountingStoreFlags=job_env`` also store it in slurmdbd, where
+``sacct --env-vars -j <id>`` shows it to the job's owner and admins
+(``scontrol show job -dd`` does not show it). The job's processes carry it, so
+root and the job's own Unix user can read it in ``/proc/<pid>/environ``: all of
+one control plane's jobs run as that one user.
+
+Isolation is Slurm's, not Grace's (docs/security.md, "Isolation"): memory, CPU and
+GPU-device limits and ending every process of a step come from Slurm's
+``task/cgroup`` and ``proctrack/cgroup`` plugins where the site configures them, and
+every attempt runs as the user that runs ``grace up`` (the one that calls ``sbatch``),
+not as a uid per tenant as on the local backend.
 
 Reap ends an attempt Grace may hold no handle for: the Slurm jobs named
 ``grace-<job>-<attempt>`` with this instance's comment, and the one its
@@ -77,12 +98,14 @@ from typing import Any
 import grace
 from grace.backends import local_agent
 from grace.backends.base import (
+    SECRET_ENV,
     AttemptStatus,
     Deadlines,
     LaunchSpec,
     Observation,
     ReapError,
     adopt_recorded,
+    split_secret_env,
 )
 from grace.backends.local_agent import read_json, write_json_atomic
 from grace.backends.slurm_cli import (
@@ -441,6 +464,9 @@ class SlurmBackend:
             "--ntasks-per-node=1", f"--chdir={self._cwd}",
             f"--output={attempt_dir}/slurm-%j.out",
             "--no-requeue",  # a retry is Grace's decision, with a new attempt number
+            # the secrets travel in sbatch's environment (sbatch_env); explicit, so a
+            # site's SBATCH_EXPORT=NONE cannot drop them
+            "--export=ALL",
         ]
         if gpus:
             args.append(f"--gres=gpu:{gpus}")
@@ -454,11 +480,19 @@ class SlurmBackend:
             args.append(f"--account={self._account}")
         return [*args, str(attempt_dir / "job.sh")]
 
+    def sbatch_env(self, spec: LaunchSpec) -> dict[str, str]:
+        """The ``sbatch`` process's environment: the control plane's, less any SECRET_ENV
+        value of its own, plus the attempt's secrets (the only way they reach the job)."""
+        _, secrets = split_secret_env(spec.env)
+        inherited = {k: v for k, v in self.cli.env().items() if k not in SECRET_ENV}
+        return {**inherited, **secrets}
+
     def _scripts(self, spec: LaunchSpec, attempt_dir: Path) -> tuple[str, str]:
-        """(job.sh, node.sh): the batch script and the per-node step it sruns."""
+        """(job.sh, node.sh): the batch script and the per-node step it sruns; neither
+        holds a SECRET_ENV value (see ``sbatch_env``)."""
         workdir = Path(spec.workdir).resolve()
         src = str(Path(grace.__file__).resolve().parent.parent)
-        env = dict(spec.env)
+        env, _ = split_secret_env(spec.env)
         env.update(
             GRACE_JOB_ID=str(spec.job_id), GRACE_ATTEMPT=str(spec.attempt),
             GRACE_WORKDIR=str(workdir), GRACE_CHECKPOINT_DIR=str(workdir / "checkpoints"),
@@ -482,7 +516,7 @@ head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 port=$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN} ))
 echo "grace: job $GRACE_JOB_ID attempt $GRACE_ATTEMPT = slurm job $SLURM_JOB_ID" \\
      "on $SLURM_JOB_NODELIST, rendezvous $head:$port"
-srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL \\
      --output={q(str(attempt_dir))}/%N.log bash {q(str(attempt_dir / 'node.sh'))} "$head" "$port" &
 step=$!
 # SIGTERM from scancel or the time limit goes to the step (the ranks checkpoint);
@@ -510,7 +544,7 @@ exec {py} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --node-rank="
         job_sh, node_sh = self._scripts(spec, attempt_dir)
         (attempt_dir / "job.sh").write_text(job_sh)
         (attempt_dir / "node.sh").write_text(node_sh)
-        out = self.cli.run(*self.sbatch_args(spec, attempt_dir))
+        out = self.cli.run(*self.sbatch_args(spec, attempt_dir), env=self.sbatch_env(spec))
         slurm_id = out.strip().split(";")[0]
         if not slurm_id.isdigit():
             raise SlurmError(f"sbatch printed {out.strip()!r}, not a job id")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 #: Seconds any one Slurm command may take; slurmctld answers in milliseconds when well.
 COMMAND_TIMEOUT_S = 30.0
@@ -36,11 +36,18 @@ class SlurmCli:
             env["SLURM_CONF"] = self.conf
         return env
 
-    def run(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        """stdout of ``args``; raises SlurmError on a non-zero exit when ``check``."""
+    def run(self, *args: str, check: bool = True, stdin: str | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        """stdout of ``args``; raises SlurmError on a non-zero exit when ``check``.
+
+        ``env`` is the command's whole environment (default ``self.env()``): how
+        ``sbatch`` gets an attempt's secrets without them on its command line.
+        Error messages name the command's arguments, never its environment.
+        """
         try:
             done = subprocess.run(list(args), input=stdin, capture_output=True, text=True,
-                                  env=self.env(), timeout=self.timeout_s)
+                                  env=dict(env) if env is not None else self.env(),
+                                  timeout=self.timeout_s)
         except FileNotFoundError as e:
             raise SlurmError(f"{args[0]} not found: install Slurm's client tools "
                              "(Debian: apt install slurm-client) or fix PATH") from e

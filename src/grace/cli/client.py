@@ -1,13 +1,17 @@
 """The CLI over the API: ``grace submit|jobs|job|logs|cancel|nodes|drain|resume`` and ``grace up``.
 
-The server is found through ``GRACE_URL`` (default http://127.0.0.1:8470).
-Every command prints a readable table, or JSON with ``--json``.
+The server is found through ``GRACE_URL`` (default http://127.0.0.1:8470), and
+every request carries a token: ``GRACE_TOKEN``, else the file ``GRACE_TOKEN_FILE``
+names, else ``.grace/admin.token`` (what ``grace up`` with its default state
+directory writes on first start) when it is there. Every command prints a
+readable table, or JSON with ``--json``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -18,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from grace.control.tls import CA_FILE_ENV, client_verify
 from grace.spec.errors import SpecError
 from grace.spec.loader import load_jobs
 
@@ -26,13 +31,49 @@ err = Console(stderr=True)
 JsonOpt = typer.Option(False, "--json", help="print JSON for scripts")
 
 
+#: Where ``grace up --state-dir .grace`` (the default) writes the first admin token.
+DEFAULT_TOKEN_FILE = Path(".grace/admin.token")
+
+
 def base_url() -> str:
     return os.environ.get("GRACE_URL", "http://127.0.0.1:8470").rstrip("/")
 
 
-def _call(method: str, path: str, **kw: Any) -> Any:
+def token() -> str | None:
+    """The token this CLI sends: ``GRACE_TOKEN``, ``GRACE_TOKEN_FILE``, ``.grace/admin.token``."""
+    if os.environ.get("GRACE_TOKEN"):
+        return os.environ["GRACE_TOKEN"].strip()
+    named = os.environ.get("GRACE_TOKEN_FILE")
+    path = Path(named) if named else DEFAULT_TOKEN_FILE
     try:
-        r = httpx.request(method, base_url() + path, timeout=30.0, **kw)
+        return path.read_text().strip() or None
+    except OSError as e:
+        if named:  # asked for by name: say so, instead of a 401 later
+            err.print(f"[red]error[/red] cannot read GRACE_TOKEN_FILE {named}: {e.strerror}")
+            raise typer.Exit(code=2) from e
+        return None
+
+
+def auth_headers() -> dict[str, str]:
+    found = token()
+    return {"Authorization": f"Bearer {found}"} if found else {}
+
+
+def tls_verify() -> ssl.SSLContext | bool:
+    """How an https GRACE_URL is verified: against ``GRACE_CA_FILE`` when set, else the system."""
+    try:
+        return client_verify()
+    except (OSError, ssl.SSLError) as e:
+        err.print(f"[red]error[/red] cannot use {CA_FILE_ENV}={os.environ.get(CA_FILE_ENV)} "
+                  f"({e}): name a readable PEM file of the CA that issued the server's certificate")
+        raise typer.Exit(code=2) from e
+
+
+def _call(method: str, path: str, **kw: Any) -> Any:
+    headers = {**auth_headers(), **kw.pop("headers", {})}
+    try:
+        r = httpx.request(method, base_url() + path, timeout=30.0, headers=headers,
+                          verify=tls_verify(), **kw)
     except httpx.HTTPError as e:
         err.print(f"[red]error[/red] cannot reach Grace at {base_url()} ({e}); start it with "
                   "`grace up` or set GRACE_URL")
@@ -86,6 +127,34 @@ def up(
         help="command that diagnoses a drained node before it returns, {node} and {level} "
              "filled in, exit 0 = pass (e.g. 'srun -w {node} dcgmi diag -r {level}'); "
              "default: each level passes after its typical duration (no DCGM here)"),
+    admin_token_file: Path | None = typer.Option(
+        None, "--admin-token-file",
+        help="where the first admin token is written (mode 0600) on first start; default: "
+             "admin.token beside a SQLite store, else in the working directory"),
+    allow_inject: bool = typer.Option(
+        False, "--allow-inject", help="let admins inject faults (POST /jobs/N/inject)"),
+    isolation: str = typer.Option(
+        "auto", "--isolation",
+        help="local backend: users (each tenant's own uid and a cgroup), cgroup (a cgroup "
+             "each, as this user), none; auto: the strongest this host allows, and why"),
+    job_uids: str | None = typer.Option(
+        None, "--job-uids", help="local backend: tenants' uids, FIRST-LAST (default "
+                                 "61000-61999)"),
+    admission: Path | None = typer.Option(
+        None, "--admission",
+        help="vetted code (kind: admission; examples/admission.yaml): jobs may run only the "
+             "scripts it lists, by sha256, with its interpreters; others are refused at "
+             "submit, and a script changed since submit at launch. Without it every command "
+             "is allowed"),
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", help="serve HTTPS with this PEM certificate (with --tls-key); "
+                                 "clients verify it against GRACE_CA_FILE or the system's CAs"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="the certificate's PEM private key"),
+    kms: str | None = typer.Option(
+        None, "--kms",
+        help="what wraps each job's checkpoint data key: keyfile:PATH (a 32-byte key, base64, "
+             "mode 0600); default keyfile:<state-dir>/kek.key, made on first start. Every "
+             "job's checkpoints are encrypted (docs/security.md)"),
 ) -> None:
     """Run the control plane: API, reconciler and a backend (local processes or Slurm).
 
@@ -95,41 +164,69 @@ def up(
     from rich.markup import escape
 
     from grace.backends.slurm_cli import SlurmError
-    from grace.control.server import ServerConfig, StoreInUse, serve
+    from grace.control.kms import KMSError
+    from grace.control.server import ServerConfig, StoreInUse, TokenFileInTheWay, serve
 
     if backend not in ("local", "slurm"):
         err.print(f"[red]invalid[/red] --backend {backend!r}: use local or slurm")
         raise typer.Exit(code=2)
+    from grace.backends.isolation import Isolation, IsolationError
+    from grace.control.server import parse_uid_range
+
+    if isolation not in {i.value for i in Isolation}:
+        err.print(f"[red]invalid[/red] --isolation {isolation!r}: use one of "
+                  f"{', '.join(i.value for i in Isolation)}")
+        raise typer.Exit(code=2)
+    try:
+        if job_uids:
+            parse_uid_range(job_uids)
+    except ValueError as e:
+        err.print(f"[red]invalid[/red] {e}")
+        raise typer.Exit(code=2) from e
     try:
         serve(ServerConfig(cluster, db, port, state_dir, policy, backend=backend,
                            slurm_partition=slurm_partition, slurm_default_gpu=default_gpu,
                            heartbeat_timeout_s=heartbeat_timeout,
                            straggler_window_s=straggler_window,
                            straggler_threshold=straggler_threshold, bursting=bursting,
-                           health=health, diagnostic_command=diagnostic_command))
+                           health=health, diagnostic_command=diagnostic_command,
+                           admin_token_file=admin_token_file, allow_inject=allow_inject,
+                           isolation=isolation, job_uids=job_uids,
+                           admission=admission, tls_cert=tls_cert, tls_key=tls_key,
+                           kms=kms))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e
     except SlurmError as e:  # no slurmctld, no client tools: say so, not a traceback
         err.print(f"[red]slurm[/red] {e}")
         raise typer.Exit(code=2) from e
-    except StoreInUse as e:  # a second grace up on one SQLite file: nothing was written
+    except IsolationError as e:  # --isolation users on a host that cannot: say why
+        err.print(f"[red]isolation[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(code=2) from e
+    except (StoreInUse, TokenFileInTheWay) as e:  # nothing was written
         err.print(f"[red]error[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(code=1) from e
+    except KMSError as e:  # a missing or group-readable key file, an unknown --kms scheme
+        err.print(f"[red]kms[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(code=2) from e
 
 
 def submit(
     file: Path | None = typer.Argument(None, help="job YAML (one job or a jobs: list)"),
     gpus: float | None = typer.Option(None, "--gpus"),
     name: str | None = typer.Option(None, "--name"),
-    tenant: str = typer.Option("default", "--tenant"),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="default: your token's tenant (operators: 'default')"),
     command: list[str] | None = typer.Argument(None, help="after --: the command to run"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Submit a job file, or `--gpus N -- CMD ...`."""
     if file is not None and gpus is None and file.suffix in (".yaml", ".yml"):
         try:
-            specs = [j.model_dump(mode="json", exclude_none=True) for j in load_jobs(file)]
+            # a tenant the file does not name is the token's, not JobSpec's "default"
+            specs = [{k: v for k, v in j.model_dump(mode="json", exclude_none=True).items()
+                      if k != "tenant" or "tenant" in j.model_fields_set}
+                     for j in load_jobs(file)]
         except SpecError as e:
             err.print(f"[red]invalid[/red] {e}")
             raise typer.Exit(code=1) from e
@@ -139,8 +236,8 @@ def submit(
             err.print("[red]invalid[/red] give the command after --, e.g. "
                       "grace submit --gpus 1 -- python train.py")
             raise typer.Exit(code=1)
-        specs = [{"name": name or Path(cmd[0]).stem, "gpus": gpus, "tenant": tenant,
-                  "command": cmd}]
+        specs = [{"name": name or Path(cmd[0]).stem, "gpus": gpus, "command": cmd,
+                  **({"tenant": tenant} if tenant else {})}]
     else:
         err.print("[red]invalid[/red] give a job YAML file, or --gpus N -- CMD")
         raise typer.Exit(code=1)
@@ -285,8 +382,7 @@ def drain(node: str, reason: str = typer.Option(..., "--reason"),
               "move its jobs off now, each from a checkpoint, instead of letting them finish")),
           as_json: bool = JsonOpt) -> None:
     """Take a node out of service, with a reason kept in its history."""
-    out = _call("POST", f"/nodes/{node}/drain", json={"reason": reason, "evict": evict,
-                                                       "actor": os.environ.get("USER", "cli")})
+    out = _call("POST", f"/nodes/{node}/drain", json={"reason": reason, "evict": evict})
     print(json.dumps(out)) if as_json else console.print(f"{node} drained: {reason}")
 
 
@@ -297,16 +393,15 @@ def resume(node: str = typer.Argument("", help="the node to return to service"),
                False, "--reset-breaker", help="re-enable automatic draining (no node needed)"),
            as_json: bool = JsonOpt) -> None:
     """Return a drained node to service (now, or after a diagnostic with --diagnose)."""
-    actor = os.environ.get("USER", "cli")
     if reset_breaker:
-        out = _call("POST", "/health/breaker/reset", params={"actor": actor})
+        out = _call("POST", "/health/breaker/reset")
         print(json.dumps(out)) if as_json else console.print("automatic draining re-enabled")
         if not node:
             return
     if not node:
         raise typer.BadParameter("name the node to resume (or use --reset-breaker)",
                                  param_hint="NODE")
-    out = _call("POST", f"/nodes/{node}/resume", params={"actor": actor, "diagnose": diagnose})
+    out = _call("POST", f"/nodes/{node}/resume", params={"diagnose": diagnose})
     if as_json:
         print(json.dumps(out))
     elif out["state"] == "diagnosing":

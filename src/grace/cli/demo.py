@@ -2,7 +2,9 @@
 
 It starts ``grace up`` (SQLite, local backend, the lab cluster) on a free port,
 submits ``examples/jobs/demo.yaml`` (a 2-node x 2-GPU DDP job, a sweep, a
-fine-tune), shows their progress live, and ends with a summary: jobs, wait and
+fine-tune) with one member token per tenant, made with the admin token ``grace up``
+wrote on its first start, and only the vetted code ``examples/admission.yaml``
+allows, shows their progress live, and ends with a summary: jobs, wait and
 run times, GPU-hours per tenant. Every job is real PyTorch distributed training
 (gloo on CPU). The server is stopped at the end; its state stays in --state-dir.
 """
@@ -31,6 +33,7 @@ from grace.spec.loader import load_jobs
 console = Console()
 REPO = Path(__file__).resolve().parents[3]
 ENDED = {"completed", "failed", "cancelled", "diverged"}
+ADMISSION = REPO / "examples/admission.yaml"  # the demo's jobs run vetted code only
 
 
 def _free_port() -> int:
@@ -56,19 +59,25 @@ def demo(
     log = (state_dir / "server.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "grace.cli.main", "up", "--cluster", str(cluster), "--port",
-         str(port), "--state-dir", str(state_dir)], cwd=REPO, env=env, stdout=log,
+         str(port), "--state-dir", str(state_dir), "--admission", str(ADMISSION)],
+        cwd=REPO, env=env, stdout=log,
         stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_up(url, server)
         console.print(f"[bold]Grace[/bold] is up at {url} (SQLite in {state_dir}, cluster "
-                      f"{cluster.name})")
+                      f"{cluster.name}); admin token in {state_dir / 'admin.token'}")
+        admin = {"Authorization": f"Bearer {(state_dir / 'admin.token').read_text().strip()}"}
+        specs = load_jobs(workload)
+        members = _member_tokens(url, admin, sorted({s.tenant for s in specs}))
         ids = []
-        for spec in load_jobs(workload):
-            r = httpx.post(f"{url}/jobs", json=spec.model_dump(mode="json", exclude_none=True))
+        for spec in specs:  # each job as a member of its tenant: the tenant is the token's
+            body = spec.model_dump(mode="json", exclude_none=True, exclude={"tenant"})
+            r = httpx.post(f"{url}/jobs", json=body, headers=members[spec.tenant])
             r.raise_for_status()
             ids.append(r.json()["id"])
-        console.print(f"submitted {len(ids)} jobs from {workload.name}")
-        rows = _follow(url, timeout_s)
+        console.print(f"submitted {len(ids)} jobs from {workload.name}, each with a member "
+                      f"token of its tenant ({', '.join(members)})")
+        rows = _follow(url, timeout_s, admin)
         _summary(rows)
         failed = [r for r in rows if r["state"] != "completed"]
         if failed:
@@ -84,6 +93,18 @@ def demo(
         log.close()
 
 
+def _member_tokens(url: str, admin: dict[str, str],
+                   tenants: list[str]) -> dict[str, dict[str, str]]:
+    """One member token per tenant, made with the admin token (``grace token create``)."""
+    out = {}
+    for tenant in tenants:
+        r = httpx.post(f"{url}/tokens", headers=admin, json={
+            "name": f"demo {tenant}", "role": "member", "tenant": tenant})
+        r.raise_for_status()
+        out[tenant] = {"Authorization": f"Bearer {r.json()['token']}"}
+    return out
+
+
 def _wait_up(url: str, server: subprocess.Popen) -> None:
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -97,12 +118,12 @@ def _wait_up(url: str, server: subprocess.Popen) -> None:
     raise RuntimeError("grace up did not answer within 60 s")
 
 
-def _follow(url: str, timeout_s: float) -> list[dict]:
+def _follow(url: str, timeout_s: float, headers: dict[str, str]) -> list[dict]:
     deadline = time.time() + timeout_s
     rows: list[dict] = []
     with Live(console=console, refresh_per_second=2) as live:
         while time.time() < deadline:
-            rows = httpx.get(f"{url}/jobs").json()
+            rows = httpx.get(f"{url}/jobs", headers=headers).json()
             live.update(jobs_table(rows))
             if rows and all(r["state"] in ENDED for r in rows):
                 break

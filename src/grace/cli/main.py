@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from grace.cli.audit import audit_command
 from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
@@ -11,6 +12,7 @@ from grace.cli.plan import plan
 from grace.cli.showback import showback
 from grace.cli.simulate import compare, simulate
 from grace.cli.slurm import slurm_import
+from grace.cli.tokens import token_app
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
 from grace.cli.whatif import whatif
@@ -44,6 +46,8 @@ app.command()(compare)
 app.command()(whatif)
 app.command()(plan)
 app.command()(showback)
+app.add_typer(token_app, name="token")
+app.command(name="audit")(audit_command)
 
 
 if __name__ == "__main__":

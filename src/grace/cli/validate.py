@@ -2,7 +2,9 @@
 
 One command for every file a user writes, so a typo is found before a run, not
 an hour into one: clusters, jobs, bursting configurations (``kind: bursting``),
-health-table overrides (``kind: health``) and price-book overrides (the
+health-table overrides (``kind: health``), admission files (``kind:
+admission``: their scripts' digests checked against the files, from the working
+directory as ``grace up`` reads them) and price-book overrides (the
 ``--prices`` file of ``grace plan``, recognised by its sections since it has no
 ``kind``). Each kind goes through the loader its command uses, so ``ok`` here
 means that command accepts the file.
@@ -75,6 +77,20 @@ def _health(data: Any, source: str, _: ClusterSpec | None) -> str:
     return f"health table, {overrides} rule(s) overridden"
 
 
+def _admission(data: Any, source: str, _: ClusterSpec | None) -> str:
+    from grace.control.admission import Admission
+    from grace.spec.loader import parse_admission
+
+    admission = Admission(parse_admission(data, source), Path.cwd(), source)
+    missing, stale = admission.file_problems()  # relative paths: from here, as grace up reads them
+    if missing or stale:
+        raise SpecError(source, missing + stale)
+    spec = admission.spec
+    return (f"admission, {len(spec.scripts)} script(s) whose digests match, "
+            f"{len(spec.interpreters)} interpreter(s), interpreter-only commands: "
+            f"{spec.interpreter_only}")
+
+
 def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
     from grace.cost.pricebook import load_pricebook
 
@@ -84,7 +100,7 @@ def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
 
 _CHECKS: dict[str, Callable[[Any, str, ClusterSpec | None], str]] = {
     "cluster": _cluster, "job": _jobs, "bursting": _bursting, "health": _health,
-    "prices": _prices,
+    "prices": _prices, "admission": _admission,
 }
 
 
@@ -101,7 +117,7 @@ def check_file(path: Path, cluster: ClusterSpec | None = None) -> str:
 
 def validate(
     files: list[Path] = typer.Argument(
-        ..., help="cluster, job, bursting, health or price-book YAML files"),
+        ..., help="cluster, job, bursting, health, admission or price-book YAML files"),
     cluster: Path | None = typer.Option(
         None, "--cluster", help="check bursting files' offers against this cluster's cloud pools"),
 ) -> None:

@@ -5,6 +5,16 @@ a 4xx whose body names every bad field and its fix, and nothing is stored: the
 spec is validated and compiled against the cluster before the transaction that
 writes it opens.
 
+Every route but ``/healthz`` needs a token and a role (``control.auth``): a
+member sees and acts on its own tenant's jobs only (another tenant's are 404),
+and the actor of every change comes from the token, never from the request.
+
+Every error is ``{"detail": str | [{"field", "message"}]}`` and every route documents the
+codes it answers (``api_contract``). Parameters and bodies are bounded to what the store
+holds (ids fit a 32-bit INTEGER, names their VARCHAR(200), numbers are finite, no NUL: see
+``spec.text_limits``); a body over 4 MiB is 413 (``http_limits``); a store that cannot be
+written answers 507 (no space) or 503 with its reason, and ``/healthz`` says ``degraded``.
+
 On a standby control plane (``leadership`` given and not leading) reads work and
 every POST/PUT/PATCH/DELETE answers 503 naming the leader: a standby writes
 nothing. A write that meets the fence (this process lost the lease meanwhile)
@@ -14,47 +24,91 @@ is rolled back and answers 503 too.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Path as InPath
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, Field, ValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from grace.backends.isolation import read_job_file, read_job_json
+from grace.backends.local_agent import write_json_atomic
+from grace.control.access_log import AccessLog
+from grace.control.admission import Admission, AdmissionRefused, admit
+from grace.control.api_contract import (
+    AUTH,
+    BODY,
+    MAX_INT32,
+    READ,
+    WRITE,
+    HealthReport,
+    document,
+    errors,
+    install_store_errors,
+)
+from grace.control.auth import Authenticator, Principal, job_requirement, requirement
+from grace.control.http_limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from grace.control.live.context import JobDirs
 from grace.control.live.context import job_dirs as live_job_dirs
 from grace.control.node_health import HealthConfig, breaker_message, load_monitor, save_monitor
+from grace.control.request_audit import RequestAudit
 from grace.control.snapshot import JobCompiler
-from grace.control.store import exclusions
+from grace.control.store import audit, exclusions, tokens
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.errors import Fenced
 from grace.control.store.lease import Leadership
-from grace.control.store.models import JobState
+from grace.control.store.models import Job, JobState, Role
+from grace.control.store.writability import describe_failure, probe_write
 from grace.core.health import IllegalTransition, Signal, SignalKind
 from grace.core.jobs import JobCompileError
 from grace.core.topology import Topology
 from grace.spec.errors import from_validation_error
-from grace.spec.job import JobSpec
+from grace.spec.job import MAX_GPUS, JobSpec
+from grace.spec.text_limits import (
+    MAX_NAME_CHARS,
+    MAX_TENANT_CHARS,
+    MAX_TEXT_CHARS,
+    TENANT_PATTERN,
+    name_check,
+    tenant_check,
+    text_check,
+)
+
+# Path and query parameters, bounded to what the store's columns hold: ids are INTEGER
+# (32-bit on PostgreSQL), names VARCHAR(200). Out of range is a 422 naming the parameter.
+JobId = Annotated[int, InPath(ge=1, le=MAX_INT32, description="a job id", examples=[1])]
+NodeName = Annotated[str, InPath(max_length=MAX_NAME_CHARS, description="a node name")]
+TenantName = Annotated[str, InPath(max_length=MAX_TENANT_CHARS, description="a tenant name",
+                                   json_schema_extra={"pattern": f"^{TENANT_PATTERN.pattern}$"}),
+                       tenant_check()]
+TokenId = Annotated[str, InPath(max_length=32, description="a token id, from GET /tokens")]
 
 
 class DrainRequest(BaseModel):
-    reason: str = Field(min_length=1, description="why; kept in the node's history")
-    actor: str = "api"
+    reason: Annotated[str, text_check("the reason")] = Field(
+        min_length=1, max_length=MAX_TEXT_CHARS, description="why; kept in the node's history")
     evict: bool = Field(default=False, description=(
         "move the node's jobs off now, each from a checkpoint taken on SIGTERM, instead of "
         "waiting for them to end"))
 
 
 class QuotaRequest(BaseModel):
-    guaranteed_gpus: float | None = Field(default=None, ge=0)
-    borrow_limit_gpus: float | None = Field(default=None, ge=0)
-    weight: float = Field(default=1.0, gt=0)
-    preemptions_per_hour: int = Field(default=20, ge=0)
+    model_config = ConfigDict(allow_inf_nan=False)  # unlimited is null, not Infinity
+
+    guaranteed_gpus: float | None = Field(default=None, ge=0, le=MAX_GPUS,
+                                          description="null: unlimited")
+    borrow_limit_gpus: float | None = Field(default=None, ge=0, le=MAX_GPUS,
+                                            description="null: unlimited")
+    weight: float = Field(default=1.0, gt=0, le=1_000_000)
+    preemptions_per_hour: int = Field(default=20, ge=0, le=1_000_000)
 
 
 def _problems(err: ValidationError, prefix: str = "") -> list[dict[str, str]]:
@@ -69,41 +123,105 @@ def _field_named_in(message: str) -> str:
 
 
 class HeartbeatBatch(BaseModel):
-    attempt: int = Field(ge=1)
-    node: str = ""
-    rank: int = Field(default=0, ge=0)
+    attempt: int = Field(ge=1, le=MAX_INT32)
+    node: str = Field(default="", max_length=MAX_NAME_CHARS)
+    rank: int = Field(default=0, ge=0, le=MAX_INT32)
     records: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000)
+
+    @field_validator("records")
+    @classmethod
+    def _finite(cls, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # the newest record is served back as JSON by GET /jobs/N, which has no NaN
+        try:
+            json.dumps(records, allow_nan=False)
+        except ValueError as e:
+            raise ValueError("records hold NaN or Infinity, which JSON cannot carry: send "
+                             "null for a value that is not a number") from e
+        return records
 
 
 class InjectRequest(BaseModel):
-    fault: str = Field(description="kill-rank | hang-rank | straggler | node-unhealthy")
-    rank: int = Field(default=0, ge=0)
+    fault: str = Field(max_length=32,
+                       description="kill-rank | hang-rank | straggler | node-unhealthy")
+    rank: int = Field(default=0, ge=0, le=MAX_INT32)
 
 
 class SignalRequest(BaseModel):
-    kind: str = Field(description="a health signal kind, e.g. xid, nvlink-down, heartbeat-missing")
-    code: int | None = Field(default=None, description="the Xid number, for kind xid")
-    detail: str = ""
+    kind: str = Field(max_length=64, description="a health signal kind, e.g. xid, nvlink-down, "
+                                                 "heartbeat-missing",
+                      json_schema_extra={"enum": [k.value for k in SignalKind]})
+    code: int | None = Field(default=None, ge=0, le=MAX_INT32,
+                             description="the Xid number, for kind xid")
+    detail: Annotated[str, text_check("the detail")] = Field(default="", max_length=MAX_TEXT_CHARS)
+
+
+class JobSubmission(JobSpec):
+    """``JobSpec`` as ``POST /jobs`` documents it: the API requires a command (the twin's
+    specs may omit it). Documentation only: the route validates ``JobSpec`` itself."""
+
+    command: list[str] = Field(min_length=1, description="the program and its arguments")
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    name: Annotated[str, name_check("the token's name")] = Field(
+        min_length=1, max_length=MAX_NAME_CHARS, description="who or what uses it")
+    role: Role
+    tenant: Annotated[str, tenant_check()] | None = Field(
+        default=None, min_length=1, max_length=MAX_TENANT_CHARS, description=(
+        "the tenant a member acts for (required for members); a viewer without one reads "
+        "every tenant"))
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400,
+                                       description="seconds until it expires; none: never")
 
 
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: The end of each log file ``/jobs/N/logs`` reads at most (a job's log can be any size).
+LOG_BYTES_PER_FILE = 8 * 1024 * 1024
 
 
 def create_app(store: Store, topo: Topology, state_dir: Path,
                reconciler: Any = None, backend: Any = None,
                leadership: Leadership | None = None,
                health: HealthConfig | None = None,
-               clock: Callable[[], float] = time.time) -> FastAPI:
+               clock: Callable[[], float] = time.time,
+               auth: Authenticator | None = None, allow_inject: bool = False,
+               admission: Admission | None = None, status: Callable[[], dict[str, Any]] | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               access_log: Path | None = None,
+               ) -> FastAPI:
     """The app over ``store``; ``leadership`` (from ``grace up``) adds the leader's view to
     /healthz and refuses writes while this process stands by. Without it (tests, tools)
-    the app neither knows nor guards a role."""
-    app = FastAPI(title="Grace", version="0.1.0",
-                  description="Control plane of a private GPU training cluster")
+    the app neither knows nor guards a role. Tokens are always checked (``auth``, by
+    default one over ``store``); ``allow_inject`` (``grace up --allow-inject``) opens
+    fault injection to admins; ``status`` adds what the backend reports to /healthz. Every
+    mutating request is audited (``request_audit``) and every request access-logged
+    (``access_log``: a file of its own too, mode 0600, when given)."""
+    # the document and its pages are served below, behind a token like every other route
+    app = FastAPI(title="Grace", version="0.1.0", openapi_url=None, docs_url=None,
+                  redoc_url=None,
+                  description="Control plane of a private GPU training cluster. Every route "
+                              "but /healthz needs 'Authorization: Bearer <token>'.")
     compiler = JobCompiler(topo)
     # operator actions decide with the reconciler's own health rules
     health_config = health or (reconciler.health.config if reconciler is not None
                                else HealthConfig())
     job_dirs_cache: list[JobDirs] = []
+    auth = auth or Authenticator(store, clock)
+    viewer = Depends(requirement(auth, Role.VIEWER, "read"))
+    member = Depends(requirement(auth, Role.MEMBER, "submit or change jobs"))
+    operator = Depends(requirement(auth, Role.OPERATOR, "act on nodes, quotas or others' jobs"))
+    admin = Depends(requirement(auth, Role.ADMIN, "manage tokens, read the audit trail or "
+                                                   "inject faults"))
+    the_job = Depends(job_requirement(auth))
+
+    def _get(s: Any, job_id: int, who: Principal) -> Job:
+        """The job, if ``who`` may see it: another tenant's job is 404, like a missing one."""
+        job = repo.get_job(s, job_id)
+        if job is None or not who.sees(job.tenant):
+            raise HTTPException(404, detail=f"no job {job_id}")
+        return job
 
     def dirs() -> JobDirs:
         """Where the store's jobs keep their files (``<state_dir>/jobs/<store id>-<job id>``)."""
@@ -131,12 +249,42 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                      "message": e["msg"]} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": problems})
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        return {"status": "ok", **(leadership.health() if leadership is not None else {})}
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_document(who: Principal = viewer) -> JSONResponse:
+        return JSONResponse(app.openapi())
 
-    @app.post("/jobs", status_code=201)
-    def submit(body: dict[str, Any]) -> dict[str, Any]:
+    @app.get("/docs", include_in_schema=False)
+    def docs_page(who: Principal = viewer) -> HTMLResponse:
+        """Swagger UI; it fetches /openapi.json, so a browser needs the token too (a header
+        extension, or read the document with curl -H 'Authorization: Bearer ...')."""
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Grace API")
+
+    @app.get("/healthz", responses={503: {"model": HealthReport, "description": (
+        "degraded: the store cannot be written (its reason in 'store')")}})
+    def healthz() -> Any:
+        """No token needed: a load balancer or a person checks it before anything else.
+        It writes to the store (``store.writability``): a full disk or a read-only store
+        is 503 ``degraded`` here, not "ok" while every submission fails."""
+        report = {"status": "ok", **(leadership.health() if leadership is not None else {}),
+                  **(status() if status is not None else {})}
+        failure = probe_write(store, clock)
+        if failure is None:
+            return report
+        return JSONResponse(status_code=503, content={
+            **report, "status": "degraded", "store": f"unwritable: {failure.reason}"})
+
+    @app.post("/jobs", status_code=201, responses=errors(*WRITE, *BODY))
+    def submit(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:
+        """A member submits for its own tenant (the body's ``tenant`` may only repeat it);
+        operators and admins for any tenant (their token's, if the body names none)."""
+        body = dict(body)
+        if not who.all_tenants:
+            if body.get("tenant", who.tenant) != who.tenant:
+                raise HTTPException(403, detail=f"this token submits for tenant {who.tenant!r} "
+                                                f"only, not {body.get('tenant')!r}")
+            body["tenant"] = who.tenant
+        elif "tenant" not in body and who.tenant:
+            body["tenant"] = who.tenant
         try:
             spec = JobSpec.model_validate(body)
         except ValidationError as e:
@@ -149,26 +297,39 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             compiler.check(spec)
         except JobCompileError as e:
             raise HTTPException(422, detail=[{"field": "gpus", "message": str(e)}]) from e
+        try:  # vetted code only (grace up --admission): checked again at every launch
+            record = admit(admission, spec)
+        except AdmissionRefused as e:
+            raise HTTPException(422, detail=[{"field": e.field, "message": e.message}]) from e
         with store.transaction() as s:
-            job = repo.add_job(s, spec, clock())
-            return {"id": job.id, "state": str(job.state)}
+            job = repo.add_job(s, spec, clock(), who.actor, who.token_id)
+            job.owner = who.token_id
+            job.admission = record
+            return {"id": job.id, "state": str(job.state), "tenant": job.tenant}
 
-    @app.get("/jobs")
-    def list_jobs(state: str | None = None, tenant: str | None = None,
-                  limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
+    @app.get("/jobs", responses=errors(*READ))
+    def list_jobs(state: str | None = Query(None, max_length=32),
+                  tenant: str | None = Query(None, max_length=MAX_NAME_CHARS),
+                  limit: int = Query(200, ge=1, le=1000, description="at most this many"),
+                  offset: int = Query(0, ge=0, le=MAX_INT32, description="skip this many"),
+                  who: Principal = viewer) -> list[dict[str, Any]]:
         if state is not None and state not in {s.value for s in JobState}:
             raise HTTPException(422, detail=[{"field": "state", "message":
                                               f"unknown state; use one of "
                                               f"{[s.value for s in JobState]}"}])
-        with store.transaction() as s:
+        if not who.all_tenants:
+            if tenant is not None and tenant != who.tenant:
+                return []  # another tenant's jobs do not exist for this token
+            tenant = who.tenant
+        with store.read() as s:
             return [_job_summary(j) for j in repo.list_jobs(
                 s, state=JobState(state) if state else None, tenant=tenant,
-                limit=min(limit, 1000), offset=offset)]
+                limit=limit, offset=offset)]
 
-    @app.get("/jobs/{job_id}")
-    def show(job_id: int) -> dict[str, Any]:
-        with store.transaction() as s:
-            job = _get(s, job_id)
+    @app.get("/jobs/{job_id}", responses=errors(*READ, 404))
+    def show(job_id: JobId, who: Principal = viewer) -> dict[str, Any]:
+        with store.read() as s:
+            job = _get(s, job_id, who)
             out = _job_summary(job)
             out["spec"] = job.spec_json
             out["attempts"] = [{
@@ -183,75 +344,100 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             number = job.attempts_count
         adir = dirs().attempt(job_id, number)
         out["progress"] = {}
+        # written by this API, in a directory the job owns: never follow what the job put there
         for f in sorted(adir.glob("progress-rank*.json")) if adir.is_dir() else []:
-            try:
-                out["progress"][f.stem.removeprefix("progress-")] = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
+            record = read_job_json(f, None)
+            if record is not None:
+                out["progress"][f.stem.removeprefix("progress-")] = record
         return out
 
-    @app.post("/jobs/{job_id}/clear-exclusions")
-    def clear_exclusions(job_id: int, actor: str = "api") -> dict[str, Any]:
+    @app.post("/jobs/{job_id}/clear-exclusions", responses=errors(*WRITE, 404))
+    def clear_exclusions(job_id: JobId, who: Principal = operator) -> dict[str, Any]:
         """An operator lets a job use every node again (it was moved off or failed on some)."""
         with store.transaction() as s:
-            nodes = exclusions.clear(s, _get(s, job_id), actor, clock())
+            nodes = exclusions.clear(s, _get(s, job_id, who), who.actor, clock(), who.token_id)
         return {"job": job_id, "cleared": nodes}
 
-    @app.post("/jobs/{job_id}/cancel")
-    def cancel(job_id: int) -> dict[str, Any]:
+    @app.post("/jobs/{job_id}/cancel", responses=errors(*WRITE, 404))
+    def cancel(job_id: JobId, who: Principal = member) -> dict[str, Any]:
         with store.transaction() as s:
-            job = _get(s, job_id)
+            job = _get(s, job_id, who)
             if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
                              JobState.DIVERGED):
                 raise HTTPException(409, detail=f"job {job_id} already ended ({job.state})")
-            repo.request_cancel(s, job_id, clock())
+            repo.request_cancel(s, job_id, clock(), who.actor, who.token_id)
             return {"id": job_id, "cancel_requested": True}
 
-    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
-    def logs(job_id: int, attempt: int | None = None, node: str | None = None,
-             tail: int = 200) -> str:
-        with store.transaction() as s:
-            job = _get(s, job_id)
+    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse,
+             responses=errors(*READ, 404))
+    def logs(job_id: JobId, attempt: int | None = Query(None, ge=1, le=MAX_INT32),
+             node: str | None = Query(None, max_length=MAX_NAME_CHARS),
+             tail: int = Query(200, ge=1, le=1_000_000, description="lines per log file"),
+             who: Principal = viewer) -> str:
+        with store.read() as s:
+            job = _get(s, job_id, who)
             number = attempt or job.attempts_count
         adir = dirs().attempt(job_id, number)
         if not adir.is_dir():
             return ""
         files = sorted(p for p in adir.rglob("*.log") if node is None or node in p.name)
+        owner = os.lstat(adir).st_uid  # the job's uid: a link or FIFO it planted is skipped
         lines: list[str] = []
         for f in files:
-            text = f.read_text(errors="replace").splitlines()
+            raw = read_job_file(f, owner, max_bytes=LOG_BYTES_PER_FILE)
+            if raw is None:
+                continue
+            text = raw.decode(errors="replace").splitlines()
             lines += [f"[{f.relative_to(adir)}] {line}" for line in text[-tail:]]
         return "\n".join(lines[-tail * max(1, len(files)):]) + ("\n" if lines else "")
 
-    @app.post("/jobs/{job_id}/heartbeats", status_code=204)
-    def heartbeats(job_id: int, body: HeartbeatBatch) -> None:
-        """The runtime's batched progress: the newest record per rank is kept for ``grace job``."""
+    @app.post("/jobs/{job_id}/heartbeats", status_code=204,
+              responses=errors(*AUTH, 404, *BODY, 503, 507))
+    def heartbeats(job_id: JobId, body: HeartbeatBatch, who: Principal = the_job) -> None:
+        """The runtime's batched progress: the newest record per rank is kept for ``grace job``.
+        Only the attempt's own token (``GRACE_TOKEN``) may post them, for its own attempt."""
+        assert who.job is not None
+        if body.attempt != who.job.attempt:
+            raise HTTPException(403, detail=f"this token is for attempt {who.job.attempt} of "
+                                            f"job {job_id}, not attempt {body.attempt}")
         if not body.records:
             return
         adir = dirs().attempt(job_id, body.attempt)
         if not adir.is_dir():
             raise HTTPException(404, detail=f"job {job_id} has no attempt {body.attempt} here")
-        latest = adir / f"progress-rank{body.rank}.json"
-        tmp = latest.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body.records[-1] | {"node": body.node}))
-        tmp.replace(latest)
+        try:  # a fresh temp file, renamed: a link the job planted is replaced, never followed
+            write_json_atomic(adir / f"progress-rank{body.rank}.json",
+                              body.records[-1] | {"node": body.node})
+        except OSError as e:  # a full disk is the operator's to fix, not a crash
+            failure = describe_failure(e)
+            raise HTTPException(failure.status, detail=failure.detail) from e
 
-    @app.post("/jobs/{job_id}/inject")
-    def inject(job_id: int, body: InjectRequest) -> dict[str, Any]:
+    @app.post("/jobs/{job_id}/inject", responses=errors(*WRITE, 404, *BODY, 501))
+    def inject(job_id: JobId, body: InjectRequest, who: Principal = admin) -> dict[str, Any]:
         """Cause a fault on purpose, to test recovery: kill or hang a rank, or make its node
-        report a fatal Xid (79, fallen off the bus) through the health table."""
-        with store.transaction() as s:
-            job = _get(s, job_id)
+        report a fatal Xid (79, fallen off the bus) through the health table. Only with
+        ``grace up --allow-inject``, and only for admins."""
+        if not allow_inject:
+            raise HTTPException(403, detail="fault injection is off: start `grace up "
+                                            "--allow-inject` to allow it (admins only)")
+        with store.read() as s:
+            job = _get(s, job_id, who)
             live = [a for a in job.attempts if str(a.state) in ("starting", "running")]
             if job.state != JobState.RUNNING or not live:
                 raise HTTPException(409, detail=f"job {job_id} is {job.state}: nothing to inject into")
             attempt = live[-1].number
             nodes = [e["node"] for e in live[-1].placement_json]
+
+        def injected(detail: dict[str, Any]) -> None:
+            audit.record(store, who.actor, audit.AuditAction.JOB_INJECT, audit.job_target(job_id),
+                         audit.AuditOutcome.OK, clock(), who.token_id,
+                         {"fault": body.fault, "rank": body.rank, "attempt": attempt, **detail})
         if body.fault == "node-unhealthy":
             if reconciler is None:
                 raise HTTPException(503, detail="no reconciler in this process")
             reconciler.signal(Signal(nodes[0], SignalKind.XID, clock(), 79,
-                                     f"injected into job {job_id}"))
+                                     f"injected into job {job_id} by {who.actor}"))
+            injected({"node": nodes[0]})
             return {"job": job_id, "fault": body.fault, "node": nodes[0]}
         if backend is None or "inject" not in getattr(backend, "capabilities", ()):
             raise HTTPException(501, detail="this backend cannot inject faults")
@@ -259,10 +445,12 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             pids = backend.inject(job_id, attempt, body.fault, body.rank)
         except ValueError as e:
             raise HTTPException(422, detail=[{"field": "fault", "message": str(e)}]) from e
+        injected({"pids": pids})
         return {"job": job_id, "fault": body.fault, "rank": body.rank, "pids": pids}
 
-    @app.post("/nodes/{name}/signals", status_code=202)
-    def node_signal(name: str, body: SignalRequest) -> dict[str, Any]:
+    @app.post("/nodes/{name}/signals", status_code=202, responses=errors(*WRITE, 404, *BODY))
+    def node_signal(name: NodeName, body: SignalRequest,
+                    who: Principal = operator) -> dict[str, Any]:
         """A health signal for a node (from an exporter or a person); the health table acts
         on it next cycle. Kept in the store until then, so a restart loses none."""
         _node(name)
@@ -272,16 +460,20 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             raise HTTPException(422, detail=[{"field": "kind", "message": f"unknown signal; use "
                                               f"one of {[k.value for k in SignalKind]}"}]) from e
         with store.transaction() as s:
-            repo.add_signal(s, name, kind.value, clock(), body.code, body.detail, "api")
+            repo.add_signal(s, name, kind.value, clock(), body.code, body.detail, who.actor,
+                            token_id=who.token_id)
         return {"node": name, "signal": kind.value, "code": body.code}
 
-    @app.get("/nodes")
-    def nodes() -> list[dict[str, Any]]:
-        """Every node with its health memory and the jobs kept off it (``excluded_nodes``)."""
+    @app.get("/nodes", responses=errors(*AUTH, 503))
+    def nodes(who: Principal = viewer) -> list[dict[str, Any]]:
+        """Every node with its health memory and the jobs kept off it (``excluded_nodes``;
+        a member or a tenant's viewer sees its own tenant's jobs there only)."""
         now = clock()
         with store.read() as s:
             kept_off: dict[str, list[dict[str, Any]]] = {}
             for job in repo.jobs_in_states(s, [JobState.PENDING, JobState.RUNNING]):
+                if not who.sees(job.tenant):
+                    continue
                 for e in exclusions.describe(job, now):
                     kept_off.setdefault(e["node"], []).append({**e, "job": job.id})
             breaker = breaker_message(s)
@@ -292,8 +484,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                      "excluded_nodes": kept_off.get(n.name, [])}
                     for n in repo.nodes(s)]
 
-    @app.get("/health/breaker")
-    def breaker() -> dict[str, Any]:
+    @app.get("/health/breaker", responses=errors(*AUTH, 503))
+    def breaker(who: Principal = viewer) -> dict[str, Any]:
         """Whether automatic draining is stopped, since when and why (the operator's page)."""
         with store.read() as s:
             last = breaker_message(s)
@@ -301,37 +493,38 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             return {"open": False}
         return {"open": True, "since": last.at, "message": last.message}
 
-    @app.post("/health/breaker/reset")
-    def reset_breaker(actor: str = "api") -> dict[str, Any]:
+    @app.post("/health/breaker/reset", responses=errors(*WRITE))
+    def reset_breaker(who: Principal = operator) -> dict[str, Any]:
         """A person re-enables automatic draining after finding the common cause."""
-        _with_monitor(lambda m, now: m.reset_breaker(actor, now))
-        return {"open": False, "actor": actor}
+        _with_monitor(lambda m, now: m.reset_breaker(who.actor, now), who)
+        return {"open": False, "actor": who.actor}
 
-    @app.post("/nodes/{name}/drain")
-    def drain(name: str, body: DrainRequest) -> dict[str, Any]:
+    @app.post("/nodes/{name}/drain", responses=errors(*WRITE, 404, *BODY))
+    def drain(name: NodeName, body: DrainRequest, who: Principal = operator) -> dict[str, Any]:
         """Cordon now; the node becomes drained when its running jobs have left (at once,
         from a checkpoint each, with ``evict``). The person holds it: no diagnostic returns
         it without them."""
         _node(name)
 
         def act(m: Any, now: float) -> None:
-            m.drain(name, body.reason, body.actor, now)
+            m.drain(name, body.reason, who.actor, now)
 
-        _with_monitor(act, evict=(name, body.reason) if body.evict else None)
+        _with_monitor(act, who, evict=(name, body.reason) if body.evict else None)
         return {"name": name, "state": "draining", "reason": body.reason, "evict": body.evict}
 
-    @app.post("/nodes/{name}/resume")
-    def resume(name: str, actor: str = "api", diagnose: bool = False) -> dict[str, Any]:
+    @app.post("/nodes/{name}/resume", responses=errors(*WRITE, 404))
+    def resume(name: NodeName, diagnose: bool = False,
+               who: Principal = operator) -> dict[str, Any]:
         """An operator returns a node to service: now (forced, no diagnostic in between), or
         with ``diagnose`` after it passes a level-3 diagnostic. Jobs kept off it may use it
         again once it is back."""
         _node(name)
-        _with_monitor(lambda m, now: m.undrain(name, actor, now, force=not diagnose))
+        _with_monitor(lambda m, now: m.undrain(name, who.actor, now, force=not diagnose), who)
         with store.read() as s:
             state = str(repo.require_node(s, name).state)
         return {"name": name, "state": state}
 
-    def _with_monitor(act: Any, evict: tuple[str, str] | None = None) -> None:
+    def _with_monitor(act: Any, who: Principal, evict: tuple[str, str] | None = None) -> None:
         """Apply an operator action through ``core.health``'s monitor, loaded from and saved
         to the store in one transaction (what the reconciler does with signals)."""
         now = clock()
@@ -340,46 +533,128 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                 monitor = load_monitor(s, health_config, now)
                 was_open = monitor.breaker_open
                 act(monitor, now)
-                save_monitor(s, monitor, was_open, now)
+                save_monitor(s, monitor, was_open, now, token_id=who.token_id)
                 if evict is not None:
                     repo.require_node(s, evict[0]).evict_reason = evict[1]
         except IllegalTransition as e:
             raise HTTPException(409, detail=str(e)) from e
+        except KeyError as e:  # core.health: a node the store has not registered yet
+            raise HTTPException(503, headers={"Retry-After": "1"}, detail=(
+                f"{e.args[0] if e.args else e}: the control plane registers its nodes when "
+                "it starts leading; retry in a moment")) from e
 
-    @app.get("/tenants")
-    def tenants() -> list[dict[str, Any]]:
-        with store.transaction() as s:
+    @app.get("/tenants", responses=errors(*AUTH, 503))
+    def tenants(who: Principal = viewer) -> list[dict[str, Any]]:
+        with store.read() as s:
             hours = repo.gpu_hours_by_tenant(s, clock())
             return [{"name": t.name, "guaranteed_gpus": t.guaranteed_gpus,
                      "borrow_limit_gpus": t.borrow_limit_gpus, "weight": t.weight,
                      "preemptions_per_hour": t.preemptions_per_hour,
-                     "gpu_hours": hours.get(t.name, 0.0)} for t in repo.tenants(s)]
+                     "gpu_hours": hours.get(t.name, 0.0)} for t in repo.tenants(s)
+                    if who.sees(t.name)]
 
-    @app.get("/showback")
-    def showback(since: float | None = None) -> dict[str, Any]:
-        """Per tenant and job: GPU-hours allocated and useful, hours lost, cost (docs/cost.md)."""
+    @app.get("/showback", responses=errors(*READ))
+    def showback(since: float | None = Query(None, ge=0, le=1e11, allow_inf_nan=False,
+                                             description="epoch seconds"),
+                 who: Principal = operator) -> dict[str, Any]:
+        """Per tenant and job: GPU-hours allocated and useful, hours lost, cost (docs/cost.md).
+        Every tenant's figures: operators and admins (a member reads its own in ``/tenants``)."""
         from grace.cost.showback_live import live_showback
 
         return live_showback(store, topo, state_dir, clock(), since)
 
-    @app.put("/tenants/{name}")
-    def set_quota(name: str, body: QuotaRequest) -> dict[str, Any]:
+    @app.put("/tenants/{name}", responses=errors(*WRITE, 404, *BODY))
+    def set_quota(name: TenantName, body: QuotaRequest,
+                  who: Principal = operator) -> dict[str, Any]:
         with store.transaction() as s:
-            repo.set_quota(s, name, **body.model_dump())
+            repo.set_quota(s, name, **body.model_dump(), actor=who.actor, token_id=who.token_id,
+                           now=clock())
         return {"name": name, **body.model_dump()}
+
+    @app.post("/tokens", status_code=201, responses=errors(*WRITE, *BODY))
+    def create_token(body: TokenRequest, who: Principal = admin) -> dict[str, Any]:
+        """A new token; its text is in this answer only (the store keeps its hash)."""
+        if body.role is Role.MEMBER and body.tenant is None:
+            raise HTTPException(422, detail=[{"field": "tenant", "message":
+                                              "a member token needs the tenant it acts for"}])
+        now = clock()
+        with store.transaction() as s:
+            if body.tenant is not None:
+                repo.ensure_tenant(s, body.tenant)
+            row, text = tokens.create(
+                s, name=body.name, role=body.role, tenant=body.tenant, created_by=who.actor,
+                now=now, expires_at=now + body.expires_in_s if body.expires_in_s else None)
+            audit.append(s, who.actor, audit.AuditAction.TOKEN_CREATE, audit.token_target(row.id),
+                         audit.AuditOutcome.OK, now, who.token_id,
+                         {"role": str(row.role), "tenant": row.tenant, "name": row.name})
+            return {**_token_json(row), "token": text}
+
+    @app.get("/tokens", responses=errors(*AUTH, 503))
+    def list_tokens(who: Principal = admin) -> list[dict[str, Any]]:
+        with store.read() as s:
+            return [_token_json(t) for t in tokens.listed(s)]
+
+    @app.delete("/tokens/{token_id}", responses=errors(*WRITE, 404))
+    def revoke_token(token_id: TokenId, who: Principal = admin) -> dict[str, Any]:
+        with store.transaction() as s:
+            row = tokens.revoke(s, token_id, clock())
+            if row is None:
+                raise HTTPException(404, detail=f"no token {token_id!r}; see GET /tokens")
+            audit.append(s, who.actor, audit.AuditAction.TOKEN_REVOKE, audit.token_target(row.id),
+                         audit.AuditOutcome.OK, clock(), who.token_id, {"name": row.name})
+            return _token_json(row)
+
+    @app.get("/audit", responses=errors(*READ))
+    def audit_entries(since: float | None = Query(None, ge=0, le=1e11, allow_inf_nan=False,
+                                                  description="epoch seconds"),
+                      actor: str | None = Query(None, max_length=200),
+                      action: str | None = Query(None, max_length=64),
+                      target: str | None = Query(None, max_length=400),
+                      limit: int = Query(200, ge=1, le=10_000),
+                      offset: int = Query(0, ge=0, le=2**31 - 1),
+                      who: Principal = admin) -> list[dict[str, Any]]:
+        """The audit trail, oldest first: who did what to which thing, and how it went."""
+        with store.read() as s:
+            try:
+                return audit.entries_json(s, since, actor, action, target, limit, offset)
+            except ValueError as e:
+                raise HTTPException(422, detail=[{"field": "action", "message": str(e)}]) from e
+
+    @app.get("/audit/verify", responses=errors(*READ))
+    def audit_verify(anchor: str | None = Query(None, max_length=200,
+                                                description=audit.ANCHOR_HELP),
+                     who: Principal = admin) -> dict[str, Any]:
+        """Walk the hash chain: ``ok``, or the first entry where it breaks (200 either way)."""
+        with store.read() as s:
+            try:
+                return audit.verify_json(s, anchor)
+            except ValueError as e:
+                raise HTTPException(422, detail=[{"field": "anchor", "message": str(e)}]) from e
+
+    @app.get("/audit/head", responses=errors(*READ))
+    def audit_head(who: Principal = admin) -> dict[str, Any]:
+        """The chain's newest entry as ``seq:hash``: keep it elsewhere as an anchor."""
+        with store.read() as s:
+            return audit.head_json(s)
 
     def _node(name: str) -> None:
         if name not in topo.by_name:
             raise HTTPException(404, detail=f"no node {name!r}; see GET /nodes")
 
+    install_store_errors(app)
+    document(app, {("POST", "/jobs"): JobSubmission})
+    app.add_middleware(RequestAudit, store=store, clock=clock,
+                       writes_allowed=lambda: leadership is None or leadership.get().leading)
+    # a body over the limit is refused before anything reads it
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(AccessLog, path=access_log, clock=clock)  # outermost: it sees every answer
     return app
 
 
-def _get(s, job_id: int):
-    job = repo.get_job(s, job_id)
-    if job is None:
-        raise HTTPException(404, detail=f"no job {job_id}")
-    return job
+def _token_json(t: Any) -> dict[str, Any]:
+    return {"id": t.id, "name": t.name, "role": str(t.role), "tenant": t.tenant,
+            "created_at": t.created_at, "created_by": t.created_by, "expires_at": t.expires_at,
+            "revoked_at": t.revoked_at, "last_used_at": t.last_used_at}
 
 
 def _job_summary(job) -> dict[str, Any]:

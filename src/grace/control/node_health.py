@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from grace.control.store import exclusions
+from grace.control.store import audit, exclusions
 from grace.control.store import repository as repo
 from grace.control.store.models import BreakerEvent, Node, NodeEvent
 from grace.core.health import (
@@ -104,9 +104,10 @@ def load_monitor(session: Session, config: HealthConfig, now: float,
 
 
 def save_monitor(session: Session, monitor: HealthMonitor, breaker_was_open: bool,
-                 now: float, trip_message: str = "") -> None:
+                 now: float, trip_message: str = "", token_id: str | None = None) -> None:
     """Write what ``monitor`` changed since ``load_monitor``: each transition as a node event
-    (with its actor), each node's memory, a breaker trip or reset."""
+    (with its actor), each node's memory, a breaker trip or reset; each also as an audit
+    entry (``token_id``: the operator's token, for the moves not made by Grace itself)."""
     rows = {r.name: r for r in repo.nodes(session)}
     for name, row in rows.items():
         for t in monitor.history(name):
@@ -115,6 +116,8 @@ def save_monitor(session: Session, monitor: HealthMonitor, breaker_was_open: boo
                 reason = f"{row.reason} (its last job left)"  # why it was drained stays in view
             session.add(NodeEvent(node=name, at=t.at, from_state=t.from_state,
                                   to_state=t.to_state, reason=reason, actor=t.actor))
+            repo.audit_node_move(session, name, t.from_state, t.to_state, reason, t.actor, t.at,
+                                 None if t.actor == GRACE else token_id)
             row.state, row.reason, row.actor, row.updated_at = t.to_state, reason, t.actor, t.at
             if t.to_state in IN_SERVICE and t.from_state not in IN_SERVICE:
                 exclusions.heal(session, name, t.at, f"{name} is back in service: {t.reason}")
@@ -128,8 +131,12 @@ def save_monitor(session: Session, monitor: HealthMonitor, breaker_was_open: boo
     if monitor.breaker_open != breaker_was_open:
         what = "tripped" if monitor.breaker_open else "reset"
         at, actor, _ = monitor.breaker_log[-1] if monitor.breaker_log else (now, GRACE, what)
-        session.add(BreakerEvent(at=at, actor=actor, what=what,
-                                 message=trip_message if monitor.breaker_open else ""))
+        message = trip_message if monitor.breaker_open else ""
+        session.add(BreakerEvent(at=at, actor=actor, what=what, message=message))
+        audit.append(session, actor, audit.AuditAction.BREAKER_TRIPPED if monitor.breaker_open
+                     else audit.AuditAction.BREAKER_RESET, audit.BREAKER_TARGET,
+                     audit.AuditOutcome.OK, at, None if actor == GRACE else token_id,
+                     {"message": message} if message else None)
 
 
 def breaker_message(session: Session) -> BreakerEvent | None:

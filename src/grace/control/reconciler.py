@@ -28,8 +28,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grace.backends.base import Backend
+from grace.control.admission import Admission
 from grace.control.bursting import LiveBursting, LiveEffect, PreemptJob
 from grace.control.diagnostics import Diagnostics
+from grace.control.kms import KeyEncryptionService
 from grace.control.live.apply import Applier
 from grace.control.live.context import LiveContext, LiveSettings, job_dirs
 from grace.control.live.ending import EndRequests
@@ -66,16 +68,18 @@ class Reconciler:
                  heartbeat_timeout_s: float = 30.0, health_table: HealthTable | None = None,
                  stragglers: StragglerWatch | None = None, move_grace_s: float = 60.0,
                  defer_writes: bool = False, health: HealthConfig | None = None,
-                 diagnostics: Diagnostics | None = None, launch_budget: int = 3) -> None:
+                 diagnostics: Diagnostics | None = None, launch_budget: int = 3,
+                 api_url: str | None = None, admission: Admission | None = None,
+                 kms: KeyEncryptionService | None = None) -> None:
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
         settings = LiveSettings(checkpoint_s=checkpoint_s, restart_s=restart_s,
                                 heartbeat_timeout_s=heartbeat_timeout_s, move_grace_s=move_grace_s,
-                                launch_budget=launch_budget,
+                                launch_budget=launch_budget, api_url=api_url,
                                 restart_policy=restart_policy or RestartPolicy())
         self.ctx = LiveContext(store, backend, topo, policy, job_dirs(store, state_dir), settings,
-                               clock)
+                               clock, admission, kms=kms)
         self.store, self.backend, self.topo, self.policy = store, backend, topo, policy
         self.state_dir = state_dir
         self.clock = clock

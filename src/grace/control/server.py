@@ -39,10 +39,14 @@ import uvicorn
 from sqlalchemy.engine import make_url
 
 from grace.backends.base import Backend
+from grace.backends.isolation import Isolation
 from grace.backends.local import LocalBackend
+from grace.control.admission import Admission, load_admission_for
 from grace.control.api import create_app
+from grace.control.auth import Authenticator
 from grace.control.bursting import LiveBursting
 from grace.control.diagnostics import CommandDiagnostics, TimedDiagnostics
+from grace.control.kms import KeyEncryptionService, KeyFileKMS, kms_from_spec
 from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store, make_engine, normalize_url
@@ -57,6 +61,7 @@ from grace.control.store.lease import (
     this_holder,
 )
 from grace.control.stragglers import StragglerWatch
+from grace.control.tls import check_tls_files
 from grace.core.health import HealthTable
 from grace.core.policies import get_policy
 from grace.core.stragglers import StragglerDetector
@@ -92,6 +97,16 @@ class ServerConfig:
     lease_ttl_s: float = DEFAULT_TTL_S  # leader lease (store.lease): presumed dead after this
     lease_renew_s: float = RENEW_EVERY_S
     lease_poll_s: float = POLL_EVERY_S  # how often a standby looks for an expired lease
+    admin_token_file: Path | None = None  # None: admin.token beside a SQLite store, else ./
+    allow_inject: bool = False  # POST /jobs/N/inject, for admins (drills and tests)
+    isolation: str = "auto"  # local backend: auto | users | cgroup | none (docs/security.md)
+    job_uids: str | None = None  # local backend: tenants' uids, "61000-61999"
+    admission: Path | None = None  # kind: admission; the code jobs may run (docs/security.md)
+    tls_cert: Path | None = None  # PEM; with tls_key the API serves HTTPS only (control.tls)
+    tls_key: Path | None = None
+    # wraps each job's checkpoint data key: keyfile:PATH; None: keyfile:<state_dir>/kek.key, made
+    # (mode 0600) on first start, so every live job's checkpoints are encrypted (docs/security.md)
+    kms: str | None = None
 
 
 class StoreInUse(RuntimeError):
@@ -161,7 +176,21 @@ def make_backend(cfg: ServerConfig) -> tuple[Backend, ClusterSpec]:
     if cfg.backend != "local":
         raise ValueError(f"unknown backend {cfg.backend!r}; use local or slurm")
     spec = load_cluster(cfg.cluster or DEFAULT_CLUSTER)
-    return LocalBackend(spec, cfg.state_dir), spec
+    local = LocalBackend(spec, cfg.state_dir, isolation=Isolation(cfg.isolation),
+                         job_uids=parse_uid_range(cfg.job_uids) if cfg.job_uids else None)
+    return local, spec
+
+
+def parse_uid_range(text: str) -> range:
+    """``61000-61999`` (both ends included) as a range; ValueError naming the form."""
+    lo, sep, hi = text.partition("-")
+    try:
+        first, last = int(lo), int(hi)
+    except ValueError:
+        first = last = -1
+    if not sep or first < 1 or last < first:
+        raise ValueError(f"--job-uids {text!r}: give FIRST-LAST uids above 0, e.g. 61000-61999")
+    return range(first, last + 1)
 
 
 def load_bursting_for(path: Path, cluster: ClusterSpec) -> BurstingSpec:
@@ -185,6 +214,7 @@ class ControlPlane:
     topo: Topology
     reconciler: Reconciler
     lock: SqliteLock | None = None  # SQLite: held for the life of the process
+    admission: Admission | None = None  # vetted code: the API's submit check, the launch check
 
 
 def assemble(cfg: ServerConfig) -> ControlPlane:
@@ -195,10 +225,14 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     offer's provisioning delay. A real cloud plugs in behind the ``CloudProvider``
     protocol (grace.control.providers) in its place.
     """
+    check_tls_files(cfg.tls_cert, cfg.tls_key)  # a bad file: SpecError, before anything starts
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     backend, spec = make_backend(cfg)
     bursting = load_bursting_for(cfg.bursting, spec) if cfg.bursting else None
     table = HealthTable.from_yaml(cfg.health) if cfg.health else None  # a bad file: SpecError
+    # relative script paths are the jobs' own: both backends run them from this cwd
+    admission = load_admission_for(cfg.admission, Path.cwd()) if cfg.admission else None
+    kms = make_kms(cfg)  # a bad key file: KMSError, before anything starts
     topo = Topology.from_spec(spec)
     url = store_url(cfg)
     lock = claim_sqlite(url)  # before the store is opened: a refused second one writes nothing
@@ -208,6 +242,8 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
                    else TimedDiagnostics())
     reconciler = Reconciler(store, backend, topo, get_policy(cfg.policy), cfg.state_dir,
                             heartbeat_timeout_s=cfg.heartbeat_timeout_s, defer_writes=True,
+                            admission=admission, kms=kms,
+                            api_url=api_url(cfg),
                             health_table=table, diagnostics=diagnostics,
                             stragglers=StragglerWatch(
                                 StragglerDetector(threshold=cfg.straggler_threshold),
@@ -215,7 +251,68 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     if bursting is not None:
         provider = LocalDelayedProvider(LiveBursting.pool_nodes(spec, bursting), reconciler.clock)
         reconciler.bursting = LiveBursting(bursting, spec, topo, provider)
-    return ControlPlane(store, backend, topo, reconciler, lock)
+    return ControlPlane(store, backend, topo, reconciler, lock, admission)
+
+
+def make_kms(cfg: ServerConfig) -> KeyEncryptionService:
+    """``--kms``, else ``keyfile:<state_dir>/kek.key``, made on first start (secure by default).
+
+    A path given explicitly must exist: made anew by a typo, it would hold a
+    key under which no existing job's data key unwraps. Control planes sharing
+    a PostgreSQL store must be given the same key file.
+    """
+    if cfg.kms:
+        return kms_from_spec(cfg.kms)
+    return KeyFileKMS(cfg.state_dir / "kek.key", create=True)
+
+
+def api_url(cfg: ServerConfig) -> str:
+    """Where jobs reach this control plane (their GRACE_URL)."""
+    scheme = "https" if cfg.tls_cert else "http"
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
+    return f"{scheme}://{host}:{cfg.port}"
+
+
+def admin_token_path(cfg: ServerConfig) -> Path:
+    """``--admin-token-file``, else ``admin.token`` beside a SQLite store, else in ./."""
+    if cfg.admin_token_file is not None:
+        return cfg.admin_token_file
+    db = sqlite_file(store_url(cfg))
+    return (db.parent if db is not None else Path.cwd()) / "admin.token"
+
+
+class TokenFileInTheWay(RuntimeError):
+    """The first admin token has nowhere to go: a file (or link) already stands there."""
+
+
+def first_admin_token(store: Store, path: Path, say: Callable[[str], None]) -> bool:
+    """Secure by default: on a store with no live admin token, make one and write it to
+    ``path`` (mode 0600, never over an existing file). True if it made one.
+
+    Raises ``TokenFileInTheWay`` when ``path`` exists (another store's token, say): the
+    token is not made, so the next start tries again."""
+    from grace.control.store import tokens
+    from grace.control.store.models import Role
+
+    now = time.time()
+    with store.transaction() as s:
+        if tokens.has_admin(s, now):
+            return False
+        if path.is_symlink() or path.exists():
+            raise TokenFileInTheWay(
+                f"this store has no admin token yet, and {path} already exists (another "
+                "store's?): move it away or give --admin-token-file PATH; nothing was written")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _, text = tokens.create(s, name="admin (grace up)", role=Role.ADMIN, tenant=None,
+                                created_by="grace up", now=now)
+        # O_EXCL: never overwrite (or follow a link planted at) the path; the transaction
+        # rolls the token back if the file cannot be written
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+    say(f"admin token written to {path} (mode 0600); the CLI finds it with "
+        f"export GRACE_TOKEN_FILE={path}")
+    return True
 
 
 def store_url(cfg: ServerConfig) -> str:
@@ -443,18 +540,29 @@ def serve(cfg: ServerConfig) -> None:
     """Run ``grace up`` until SIGINT/SIGTERM; raises ``StoreInUse`` for a busy SQLite store."""
     plane = assemble(cfg)
     # jobs inherit it, so grace.runtime finds the control plane for heartbeats
-    os.environ["GRACE_URL"] = f"http://{cfg.host}:{cfg.port}"
+    os.environ["GRACE_URL"] = api_url(cfg)
     leadership = Leadership()
     keeper = LeaseKeeper(plane.store, plane.reconciler,
                          LeaderLease(plane.store, ttl_s=cfg.lease_ttl_s), leadership,
                          cfg.interval_s, renew_s=cfg.lease_renew_s, poll_s=cfg.lease_poll_s)
+    token_file = admin_token_path(cfg)
+    first_admin_token(plane.store, token_file, lambda line: print(line, flush=True))
+    db = sqlite_file(store_url(cfg))
+    if db is not None:
+        db.chmod(0o600)  # the store is the control plane's alone; jobs run as other users
+    report = getattr(plane.backend, "isolation_report", None)
     app = create_app(plane.store, plane.topo, cfg.state_dir, plane.reconciler, plane.backend,
-                     leadership=leadership)
+                     leadership=leadership,
+                     auth=Authenticator(plane.store, admin_token_hint=str(token_file)),
+                     allow_inject=cfg.allow_inject, admission=plane.admission,
+                     access_log=cfg.state_dir / "access.log",
+                     status=(lambda: {"isolation": report()}) if callable(report) else None)
     previous = _stop_on(signal.default_int_handler)
     try:
         keeper.start_up(force=plane.lock is not None)
         keeper.start()
-        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning")
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning",
+                    ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key)
     except KeyboardInterrupt:  # SIGINT/SIGTERM before uvicorn ran, or re-raised after it
         pass
     finally:

@@ -19,6 +19,7 @@ from grace.core.quotas import TenantQuota
 from grace.core.state import SchedulerState
 from grace.core.topology import Topology
 from grace.spec.job import JobSpec
+from grace.spec.text_limits import STORED
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class JobCompiler:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        spec = JobSpec.model_validate(spec_json)
+        spec = JobSpec.model_validate(spec_json, context=STORED)  # accepted at submit
         job = compile_job(spec, job_id, submitted_at, self.topo)
         if exclude:
             ids = frozenset(self.topo.by_name[n] for n in exclude if n in self.topo.by_name)

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grace.backends.isolation import open_job_file
 from grace.core.stragglers import Straggler, StragglerDetector
 
 #: Phases that never count as a rank's own work: they include waiting for peers.
@@ -108,7 +110,11 @@ class StragglerWatch:
         for path in sorted(attempt_dir.glob("heartbeats-rank*.jsonl")):
             try:
                 rank = int(path.stem.removeprefix("heartbeats-rank"))
-                with open(path, "rb") as f:
+                # the job's own file: a FIFO or a link it planted must not block or mislead
+                f = open_job_file(path, os.lstat(attempt_dir).st_uid)
+                if f is None:
+                    continue
+                with f:
                     f.seek(track.offsets.get(path, 0))
                     data = f.read()
             except (OSError, ValueError):

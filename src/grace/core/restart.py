@@ -22,14 +22,16 @@ class FailureKind(StrEnum):
     APPLICATION = "application"  # the job's code or data; node is fine
     NODE = "node"  # hardware: the node is drained
     HANG = "hang"  # heartbeats stopped
-    KILLED = "killed"  # a rank was killed by a signal (OOM killer, an operator, a drill)
+    KILLED = "killed"  # a rank was killed by a signal (an operator, a drill, a host OOM)
     PREEMPTED = "preempted"  # not a failure: the scheduler took the GPUs
+    OOM = "oom"  # the backend saw its memory limit (memory_gb) end it: the job's own doing
 
 
 class RestartVerdict(StrEnum):
     RESTART = "restart"
     GIVE_UP_USER_ERROR = "user-error"
     GIVE_UP_BUDGET = "restart-budget-exhausted"
+    GIVE_UP_OUT_OF_MEMORY = "out-of-memory"
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,19 @@ class RestartDecision:
 
 def on_failure(job: PendingJob, attempt: FailedAttempt,
                policy: RestartPolicy = RestartPolicy()) -> RestartDecision:
-    """Decide whether and how ``job`` runs again after ``attempt`` failed."""
+    """Decide whether and how ``job`` runs again after ``attempt`` failed.
+
+    An attempt ended by its own memory limit is not retried, however long it ran: the
+    same limit on the same code would end it again, and only the user can change it.
+    """
+    if attempt.kind is FailureKind.OOM:
+        return RestartDecision(
+            RestartVerdict.GIVE_UP_OUT_OF_MEMORY,
+            f"ran out of memory after {attempt.ran_s:.0f}s: its processes on a node used more "
+            "than the node's memory limit and the kernel killed one; not retried (the same "
+            "limit would end it again): resubmit with a larger memory_gb (per node), or make "
+            "the job use less", restarts=job.restarts,
+            stalled_restarts=attempt.restarts_without_progress)
     if attempt.kind is FailureKind.APPLICATION and attempt.first_attempt \
             and attempt.ran_s < policy.user_error_window_s:
         return RestartDecision(

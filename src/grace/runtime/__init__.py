@@ -28,14 +28,17 @@ torch is imported by :func:`init`, not by this package, so ``import grace`` and
 ``import grace.runtime`` work without it.
 
 ``resume`` refuses another job's checkpoint (``ForeignCheckpointError``, a
-``CheckpointError``): every manifest records ``GRACE_JOB_UID``.
+``CheckpointError``): every manifest records ``GRACE_JOB_UID``. With a data key
+(``GRACE_CHECKPOINT_KEY``) checkpoints are encrypted at rest; ``resume`` refuses
+ones sealed with another key, or encrypted ones without a key
+(``CheckpointKeyError``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from grace.runtime.checkpoint import CheckpointError, ForeignCheckpointError
+from grace.runtime.checkpoint import CheckpointError, CheckpointKeyError, ForeignCheckpointError
 from grace.runtime.config import RuntimeEnv
 from grace.runtime.divergence import DIVERGED_EXIT_CODE, Diverged, DivergenceGuard
 from grace.runtime.session import Runtime, save_params
@@ -45,6 +48,7 @@ __all__ = [
     "DIVERGED_EXIT_CODE",
     "PREEMPTED_EXIT_CODE",
     "CheckpointError",
+    "CheckpointKeyError",
     "Diverged",
     "DivergenceGuard",
     "ForeignCheckpointError",
@@ -74,5 +78,7 @@ def init(model: Any, optimizer: Any = None, **options: Any) -> Runtime:
     - ``guard``: a :class:`DivergenceGuard` with other thresholds.
     - ``handle_sigterm`` (True), ``final_checkpoint`` (True, taken by ``finish``).
     - ``env``: a :class:`RuntimeEnv` instead of the process environment.
+    - ``checkpoint_key``: a 32-byte data key (or ``DataKey``) that encrypts every checkpoint
+      file; default ``GRACE_CHECKPOINT_KEY`` (base64), which Grace's launch sets.
     """
     return Runtime(model, optimizer, **options)

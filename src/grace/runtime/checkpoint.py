@@ -49,6 +49,24 @@ over from step 0. A manifest without a ``job_uid`` (written before it was
 recorded, or outside Grace) is accepted, with a warning when this job has one;
 a run without ``GRACE_JOB_UID`` accepts any checkpoint, as before.
 
+Encryption at rest: given a data key (``GRACE_CHECKPOINT_KEY``, base64 of 32
+bytes, which Grace's launch sets from the job's wrapped key; or ``key=`` here),
+every file DCP writes is sealed with AES-256-GCM as it is written
+(``grace.runtime.encrypted_dcp``, ``grace.runtime.encryption``): no plaintext
+byte of a tensor, of the rank state or of DCP's ``.metadata`` reaches the disk,
+staging included. ``MANIFEST.json`` stays plaintext (names, sizes, hashes: no
+tensor data) and records ``encrypted``, ``cipher`` and ``key_id`` (a hash of the
+key). Resume then checks every chunk's GCM tag of the files in this rank's
+share, in the same pass as the sha256, so a flipped, truncated or swapped shard
+fails verification and the fallback above applies. What resume refuses
+(:class:`CheckpointKeyError` on every rank, like a foreign checkpoint, and for
+the same reason: every checkpoint would "fail" and the run would restart from
+step 0 over them): a committed checkpoint encrypted with another key (a wrong
+KMS key file), and an encrypted checkpoint with no key given. A plaintext
+checkpoint is loaded with a key given (one written before encryption was
+turned on; said in the log): the next checkpoints are encrypted, and ``keep``
+prunes the old ones.
+
 Collectives run on a process group of their own (gloo), never the training
 one: the background thread's collectives must not interleave with DDP's.
 """
@@ -69,6 +87,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from grace.runtime.encryption import CIPHER, DataKey, EncryptionError, WrongKey, authenticate, is_encrypted
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "grace-dcp/1"
@@ -107,6 +127,37 @@ class ForeignCheckpointError(CheckpointError):
             f"refusing to resume from it (and not starting from step 0 over it either): point "
             f"GRACE_CHECKPOINT_DIR at this job's own directory, or delete {self.path} if it is stale"
         )
+
+
+class CheckpointKeyError(CheckpointError):
+    """The checkpoints are encrypted with a key this run does not have.
+
+    Raised by resume on every rank before anything is loaded or moved: with a
+    wrong key every checkpoint would fail verification, and falling back
+    through all of them would restart from step 0 and then prune them.
+    """
+
+
+def manifest_key_id(manifest: dict[str, Any]) -> str | None:
+    """The key id an encrypted checkpoint was sealed with; None if it is plaintext."""
+    return str(manifest.get("key_id")) if manifest.get("encrypted") else None
+
+
+def key_problem(path: Path, manifest: dict[str, Any] | None, key: DataKey | None) -> str | None:
+    """Why this run cannot read the checkpoint at ``path`` with ``key``; None if it can."""
+    sealed = None if manifest is None else manifest_key_id(manifest)
+    if sealed is None or (key is not None and key.id == sealed):
+        return None
+    if key is None:
+        return (
+            f"checkpoint {path} is encrypted (key {sealed}) and this run has no key: set "
+            "GRACE_CHECKPOINT_KEY (Grace's launch sets it from the job's wrapped data key); refusing to "
+            "resume without it (and not starting from step 0 over it either)"
+        )
+    return (
+        f"checkpoint {path}: {WrongKey('it', sealed, key.id)}; refusing to resume (and not starting from "
+        "step 0 over it either): start the control plane with the KMS key file that wrapped this job's key"
+    )
 
 
 def manifest_job_uid(manifest: dict[str, Any]) -> str | None:
@@ -164,12 +215,14 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def verify(path: Path, share: tuple[int, int] = (0, 1)) -> str | None:
+def verify(path: Path, share: tuple[int, int] = (0, 1), key: DataKey | None = None) -> str | None:
     """None if the checkpoint at ``path`` is intact, else why not.
 
     Every caller checks the manifest and every file's presence and size; the
     sha256 is checked for the files ``share = (index, count)`` selects
-    (``sorted(files)[index::count]``), so ranks split the reading.
+    (``sorted(files)[index::count]``), so ranks split the reading. An
+    encrypted checkpoint with ``key`` given also has every chunk's GCM tag of
+    those files checked, in the same read; without a key only the hashes are.
     """
     path = Path(path)
     manifest = read_manifest(path)
@@ -192,10 +245,20 @@ def verify(path: Path, share: tuple[int, int] = (0, 1)) -> str | None:
             return f"{name}: {e}"
         if size != rec.get("size"):
             return f"{name}: {size} bytes, manifest says {rec.get('size')}"
+    sealed = manifest_key_id(manifest)
+    if sealed is not None and key is not None and key.id != sealed:
+        return str(WrongKey(path.name, sealed, key.id))
+    if sealed is None and key is not None and is_encrypted(path / ".metadata"):
+        return "the manifest says plaintext but .metadata is encrypted (the manifest was altered)"
     index, count = share
     for name in sorted(files)[index::count]:
         try:
-            digest, _ = sha256_file(path / name)
+            if sealed is not None and key is not None:
+                digest, _ = authenticate(path / name, key, f"{path.name}/{name}")
+            else:
+                digest, _ = sha256_file(path / name)
+        except EncryptionError as e:
+            return f"{name}: {e}"
         except OSError as e:
             return f"{name}: {e}"
         if digest != files[name].get("sha256"):
@@ -346,6 +409,8 @@ class Checkpointer:
     The per-rank blob (``rank_state``) carries what differs between ranks: RNG
     states and the data position; it is stored under ``rank_state/<rank>``.
     ``job_uid`` is written into every manifest and checked by :meth:`load_latest`.
+    ``key`` (a :class:`~grace.runtime.encryption.DataKey`, or its 32 raw bytes)
+    encrypts every checkpoint file (see the module docstring); None: plaintext.
     """
 
     def __init__(
@@ -363,6 +428,7 @@ class Checkpointer:
         log: Callable[[str], None] | None = None,
         cache_staging: bool = True,
         job_uid: str | None = None,
+        key: DataKey | bytes | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
@@ -376,6 +442,7 @@ class Checkpointer:
         self.attempt = attempt
         self.meta = dict(meta or {})
         self.job_uid = job_uid or None
+        self.key = DataKey(key) if isinstance(key, bytes) else key
         self.log = log or (lambda msg: print(f"grace.runtime: {msg}", file=sys.stderr, flush=True))
         self._seq = 0
         self._stager = _cached_stager() if cache_staging else None
@@ -451,7 +518,7 @@ class Checkpointer:
         tmp.mkdir(parents=True, exist_ok=True)
         state = self._state_dict()
         state[f"rank_state/{self.rank}"] = rank_state
-        writer = dcp.FileSystemWriter(tmp, sync_files=True)
+        writer = self._writer(tmp, step)
         no_dist = self.group.pg is None
         job = _Save(step, tmp, threading.Event() if gated and not block else None)
         if block:
@@ -477,6 +544,31 @@ class Checkpointer:
             target=self._finish, args=(job, future), name="grace-checkpoint", daemon=True
         ).start()
         return job.block_s
+
+    def _writer(self, tmp: Path, step: int) -> Any:
+        """DCP's file writer into the staging dir; sealing every file when there is a key."""
+        import torch.distributed.checkpoint as dcp
+
+        if self.key is None:
+            return dcp.FileSystemWriter(tmp, sync_files=True)
+        from grace.runtime import encrypted_dcp
+
+        # bound to the name it commits under, so a file cannot be moved to another checkpoint
+        return encrypted_dcp.writer(tmp, self.key, step_dirname(step), sync_files=True)
+
+    def _reader(self, path: Path, manifest: dict[str, Any]) -> Any:
+        import torch.distributed.checkpoint as dcp
+
+        if self.key is None or manifest_key_id(manifest) is None:
+            return dcp.FileSystemReader(path)
+        from grace.runtime import encrypted_dcp
+
+        return encrypted_dcp.reader(path, self.key, path.name)
+
+    def _encryption_fields(self) -> dict[str, Any]:
+        if self.key is None:
+            return {"encrypted": False}
+        return {"encrypted": True, "cipher": CIPHER, "key_id": self.key.id}
 
     def release(self, ok: bool) -> None:
         """Resolve the pending save's gate: commit it (``ok``) or throw it away."""
@@ -572,6 +664,7 @@ class Checkpointer:
                 "save_s": round(time.monotonic() - job.started, 6),
                 "files": dict(sorted(files.items())),
                 "job_uid": self.job_uid,
+                **self._encryption_fields(),
                 **self.meta,
             }
             with open(job.tmp / MANIFEST, "w") as out:
@@ -602,24 +695,31 @@ class Checkpointer:
         The blob is None when the checkpoint was written by another world size
         and has none for this rank (the model and optimizer still load, resharded).
         Raises :class:`ForeignCheckpointError` on every rank if any committed
-        checkpoint names another job (see the module docstring).
+        checkpoint names another job, and :class:`CheckpointKeyError` if one is
+        encrypted with another key or with none given (see the module docstring).
         """
         import torch.distributed.checkpoint as dcp
 
-        # Rank 0 lists and judges ownership; everyone acts on its answer, so all ranks raise together.
-        listing: tuple[list[str], tuple[str, str, str] | None] = ([], None)
+        # Rank 0 lists and judges ownership and keys; everyone acts on its answer, so all ranks raise
+        # together.
+        listing: tuple[list[str], tuple[str, str, str] | None, str | None] = ([], None, None)
         if self.rank == 0:
             paths = [p for _, p in reversed(committed(self.root))]
-            listing = ([str(p) for p in paths], self._foreign(paths))
-        candidates, foreign = self.group.from_rank0(listing)
+            listing = ([str(p) for p in paths], self._foreign(paths), self._key_problem(paths))
+        candidates, foreign, key_err = self.group.from_rank0(listing)
         if foreign is not None:
-            err = ForeignCheckpointError(Path(foreign[0]), foreign[1], foreign[2])
+            err: CheckpointError = ForeignCheckpointError(Path(foreign[0]), foreign[1], foreign[2])
+            if self.rank == 0:
+                self.log(str(err))
+            raise err
+        if key_err is not None:
+            err = CheckpointKeyError(key_err)
             if self.rank == 0:
                 self.log(str(err))
             raise err
         for path_s in candidates:
             path = Path(path_s)
-            reason = verify(path, (self.rank, self.world_size))
+            reason = verify(path, (self.rank, self.world_size), self.key)
             reasons = [r for r in self.group.gather(reason) if r is not None]
             if reasons:
                 if self.rank == 0:
@@ -630,7 +730,12 @@ class Checkpointer:
             manifest = read_manifest(path) or {}
             if self.rank == 0:
                 self._note_owner(path, manifest_job_uid(manifest))
-            reader = dcp.FileSystemReader(path)
+                if self.key is not None and manifest_key_id(manifest) is None:
+                    self.log(
+                        f"checkpoint {path.name} is not encrypted (written before encryption was on); "
+                        "resuming from it, and the next checkpoints are encrypted"
+                    )
+            reader = self._reader(path, manifest)
             keys = reader.read_metadata().state_dict_metadata
             state = self._state_dict()
             key = f"rank_state/{self.rank}"
@@ -638,7 +743,7 @@ class Checkpointer:
                 state[key] = b""
             dcp.load(
                 state,
-                storage_reader=dcp.FileSystemReader(path),
+                storage_reader=self._reader(path, manifest),
                 process_group=self.group.pg,
                 no_dist=self.group.pg is None,
             )
@@ -663,6 +768,19 @@ class Checkpointer:
             owner = None if manifest is None else manifest_job_uid(manifest)
             if owner is not None and owner != self.job_uid:
                 return str(path), owner, self.job_uid
+        return None
+
+    def _key_problem(self, paths: Sequence[Path]) -> str | None:
+        """Why this run cannot read one of the committed checkpoints (newest first), else None.
+
+        Every one is checked, as for ownership: a checkpoint sealed with another
+        key means the control plane handed this job the wrong key (its KMS key
+        file changed), not that the checkpoint is corrupt.
+        """
+        for path in paths:
+            problem = key_problem(path, read_manifest(path), self.key)
+            if problem is not None:
+                return problem
         return None
 
     def _note_owner(self, path: Path, owner: str | None) -> None:

@@ -12,14 +12,24 @@ only unique within one control-plane store: a fresh store numbers its jobs
 from 1 again. The uid is written into every checkpoint manifest and checked on
 resume, so a job never resumes from another job's checkpoint (see
 ``grace.runtime.checkpoint``). The runtime treats it as an opaque string.
+
+``GRACE_CHECKPOINT_KEY`` (base64 of 32 bytes) is the job's data key: Grace's
+launch unwraps it from the store for each attempt, and with it every
+checkpoint file is encrypted (``grace.runtime.encryption``). It is never part
+of a ``RuntimeEnv``'s repr.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from grace.runtime.encryption import DataKey
+
+#: The job's data key (base64 of 32 bytes); set by Grace's launch when the control plane has a KMS.
+CHECKPOINT_KEY_ENV = "GRACE_CHECKPOINT_KEY"
 
 #: Where the control plane listens when a job runs under Grace and GRACE_URL is unset
 #: (the CLI client's default too).
@@ -45,6 +55,8 @@ class RuntimeEnv:
     # Unique across control-plane stores; None outside Grace (or under a control plane that
     # predates it). Last, with a default, so code that builds a RuntimeEnv by hand keeps working.
     job_uid: str | None = None
+    # Encrypts every checkpoint file; None: plaintext checkpoints.
+    checkpoint_key: DataKey | None = field(default=None, repr=False)
 
     @property
     def attempt_dir(self) -> Path:
@@ -58,6 +70,7 @@ class RuntimeEnv:
         ckpt = env.get("GRACE_CHECKPOINT_DIR")
         interval = env.get("GRACE_CHECKPOINT_INTERVAL_S")
         url = env.get("GRACE_URL") or (DEFAULT_URL if job_id else None)
+        key = (env.get(CHECKPOINT_KEY_ENV) or "").strip()
         return cls(
             job_id=job_id,
             attempt=int(env.get("GRACE_ATTEMPT") or 1),
@@ -70,4 +83,5 @@ class RuntimeEnv:
             interval_s=float(interval) if interval else None,
             url=url.rstrip("/") if url and job_id else None,
             job_uid=(env.get("GRACE_JOB_UID") or "").strip() or None,
+            checkpoint_key=DataKey.from_b64(key, CHECKPOINT_KEY_ENV) if key else None,
         )

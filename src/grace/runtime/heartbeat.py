@@ -18,7 +18,9 @@ the rank's ``node``.
 (or sooner when ``max_batch`` records wait), appends the new records to
 ``<workdir>/attempt-<n>/heartbeats-rank<r>.jsonl`` and POSTs them to
 ``{GRACE_URL}/jobs/{GRACE_JOB_ID}/heartbeats`` as
-``{"attempt", "node", "rank", "records": [...]}``. Training never waits on
+``{"attempt", "node", "rank", "records": [...]}`` with the attempt's own token
+(``GRACE_TOKEN``, which may post this attempt's heartbeats and nothing else) as
+its bearer token. Training never waits on
 either: ``add`` only appends to a buffer. When the control plane is
 unreachable or slow (``timeout_s`` per request) records stay buffered and the
 thread backs off (doubling to ``max_backoff_s``); past ``max_buffer`` records
@@ -30,6 +32,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import ssl
 import sys
 import threading
 import time
@@ -38,6 +42,20 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import Any
+
+
+def _tls_context() -> ssl.SSLContext | None:
+    """An https GRACE_URL is verified against ``GRACE_CA_FILE`` when set (``grace up
+    --tls-cert`` with a private CA), else against the system's CAs (None)."""
+    ca_file = os.environ.get("GRACE_CA_FILE", "").strip()
+    if not ca_file:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:  # training goes on; heartbeats will fail to verify
+        print(f"grace.runtime: cannot use GRACE_CA_FILE={ca_file} ({e}); heartbeats verify "
+              "against the system's CAs", file=sys.stderr)
+        return None
 
 
 class StepWindow:
@@ -118,8 +136,13 @@ class HeartbeatSender:
         max_buffer: int = 10_000,
         max_batch: int = 500,
         max_backoff_s: float = 60.0,
+        token: str | None = None,
     ) -> None:
         self.endpoint = f"{url.rstrip('/')}/jobs/{job_id}/heartbeats" if url and job_id else None
+        token = token if token is not None else os.environ.get("GRACE_TOKEN")
+        self._headers = {"Content-Type": "application/json",
+                         **({"Authorization": f"Bearer {token}"} if token else {})}
+        self._tls = _tls_context()
         self._head = {"attempt": attempt, "node": node, "rank": rank}
         self.jsonl_path = jsonl_path
         self.flush_s = flush_s
@@ -241,13 +264,17 @@ class HeartbeatSender:
 
     def _post(self, batch: list[dict[str, Any]]) -> str:
         assert self.endpoint is not None
-        body = json.dumps({**self._head, "records": batch}, allow_nan=False).encode()
+        try:
+            body = json.dumps({**self._head, "records": batch}, allow_nan=False).encode()
+        except ValueError:  # a NaN or infinite loss: sent as null (the API refuses NaN), and
+            # the thread lives on: a dead sender would look like a hang to the control plane
+            body = json.dumps({**self._head, "records": _finite(batch)}, allow_nan=False).encode()
         req = urllib.request.Request(
-            self.endpoint, data=body, method="POST", headers={"Content-Type": "application/json"}
+            self.endpoint, data=body, method="POST", headers=self._headers
         )
         self.posts += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._tls) as resp:
                 resp.read()
             return "sent"
         except urllib.error.HTTPError as e:
@@ -262,3 +289,14 @@ class HeartbeatSender:
         if not self._warned:
             self._warned = True
             print(f"grace.runtime: {msg} (further heartbeat problems are not reported)", file=sys.stderr)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

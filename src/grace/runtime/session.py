@@ -14,6 +14,7 @@ from typing import Any
 from grace.runtime import checkpoint as ckpt
 from grace.runtime.config import DEFAULT_INTERVAL_S, RuntimeEnv
 from grace.runtime.divergence import Diverged, DivergenceGuard
+from grace.runtime.encryption import DataKey
 from grace.runtime.heartbeat import HeartbeatSender, StepWindow
 from grace.runtime.signals import Preempted, StopFlag
 from grace.runtime.timers import PhaseTimers, time_ddp_allreduce
@@ -64,6 +65,7 @@ class Runtime:
         handle_sigterm: bool = True,
         final_checkpoint: bool = True,
         env: RuntimeEnv | None = None,
+        checkpoint_key: DataKey | bytes | None = None,
     ) -> None:
         import torch
         import torch.distributed as dist
@@ -109,6 +111,7 @@ class Runtime:
             log=_log,
             cache_staging=cache_staging,
             job_uid=self.env.job_uid,
+            key=checkpoint_key if checkpoint_key is not None else self.env.checkpoint_key,
         )
         if self.rank == 0:
             ckpt.clean_staging(self.env.checkpoint_dir)

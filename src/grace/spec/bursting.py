@@ -49,7 +49,7 @@ COMMITTED = frozenset({OfferKind.RESERVED_1Y, OfferKind.RESERVED_3Y})
 class OfferSpec(BaseModel):
     """One way to rent GPUs, priced per GPU-hour, billed per whole node while provisioned."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     pool: str | None = Field(default=None, description="the cloud pool it provisions; default: name")
@@ -78,7 +78,7 @@ class OfferSpec(BaseModel):
 class RouteSpec(BaseModel):
     """Where one workload class may run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     pools: list[PoolKind] = Field(min_length=1)
     offers: list[OfferKind] = Field(default_factory=list)
@@ -101,7 +101,7 @@ def _default_routes() -> dict[WorkloadClass, RouteSpec]:
 class BurstingSpec(BaseModel):
     """The whole bursting configuration, validated as one unit."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     enabled: bool = Field(
         default=True, description="false: cloud pools stay unprovisioned (the owned-only baseline)")

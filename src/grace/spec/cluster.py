@@ -29,7 +29,7 @@ class PoolKind(StrEnum):
 class PoolSpec(BaseModel):
     """Where capacity comes from; a gang never spans two pools."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     name: str = Field(min_length=1)
     kind: PoolKind = PoolKind.ON_PREM
@@ -43,7 +43,7 @@ class NetworkSpec(BaseModel):
     that tier: 1.0 is a non-blocking fat tree.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     nic_gbps: float = Field(default=400, gt=0)
     spine_oversubscription: float = Field(default=1.0, ge=1.0)
@@ -53,7 +53,7 @@ class NetworkSpec(BaseModel):
 class NodeGroupSpec(BaseModel):
     """``count`` identical nodes; the unit of the fat-tree shorthand."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     count: int = Field(default=1, ge=1, le=100_000)
@@ -104,7 +104,7 @@ class NodeGroupSpec(BaseModel):
 class ClusterSpec(BaseModel):
     """A whole cluster, validated as one unit: nothing half-loaded."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
 
     name: str = Field(min_length=1)
     pools: list[PoolSpec] = Field(default_factory=lambda: [PoolSpec(name="on-prem")], min_length=1)

@@ -49,6 +49,13 @@ _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_e
 _LINE_PATH = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error about a 10 MB string must not
+    send the 10 MB back (or print it)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -76,9 +83,9 @@ def from_validation_error(source: str, err: ValidationError, prefix: str = "") -
         if fix and e["type"] in ("extra_forbidden", "missing"):
             msg = fix
         elif fix:
-            msg = f"{msg} ({fix}; got {e.get('input')!r})"
+            msg = f"{msg} ({fix}; got {_shown(e.get('input'))})"
         elif e["type"] in _RANGE_ERRORS:
-            msg = f"{msg}; got {e.get('input')!r}"
+            msg = f"{msg}; got {_shown(e.get('input'))}"
         if e["type"] == "value_error" and _LINE_PATH.match(msg.split("\n")[0]):
             # a model-level check that names its own field paths, one per line
             for line in msg.split("\n"):

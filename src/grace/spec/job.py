@@ -15,9 +15,25 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from grace.spec import launch_limits
+from grace.spec.text_limits import (
+    MAX_NAME_CHARS,
+    MAX_TENANT_CHARS,
+    TENANT_PATTERN,
+    name_check,
+    tenant_check,
+)
 from grace.spec.units import parse_duration
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+#: The longest runtime a job may state: ten years. Finite and far below where float
+#: seconds lose precision, so every sum of times stays exact enough to compare.
+MAX_DURATION_S = 10 * 365 * 86400
+#: Bounds on counts a job asks for: well above any cluster (a node group holds at most
+#: 100,000 nodes of at most 72 GPUs), small enough that products of them stay exact.
+MAX_GPUS = 1_000_000
+#: Every job model refuses inf and NaN (JSON's Infinity/NaN, YAML's .inf): they pass
+#: ``gt=0`` checks and then break arithmetic (int(inf) raises) far from the field.
+_FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class WorkloadClass(StrEnum):
@@ -47,32 +63,33 @@ class Optimizer(StrEnum):
 class ParallelismSpec(BaseModel):
     """How model state is split: data replicas, tensor and pipeline shards, ZeRO stage."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
 
-    data: int = Field(default=1, ge=1)
-    tensor: int = Field(default=1, ge=1)
-    pipeline: int = Field(default=1, ge=1)
+    data: int = Field(default=1, ge=1, le=MAX_GPUS)
+    tensor: int = Field(default=1, ge=1, le=MAX_GPUS)
+    pipeline: int = Field(default=1, ge=1, le=MAX_GPUS)
     zero_stage: int = Field(default=0, ge=0, le=3, description="3 is FSDP full sharding")
 
 
 class ModelSizeSpec(BaseModel):
     """The model a job trains, enough to estimate its VRAM per GPU."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
 
     params_b: float = Field(gt=0, le=100_000, description="parameters, in billions")
     precision: Precision = Precision.BF16
     optimizer: Optimizer = Optimizer.ADAMW
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
-    activation_gb: float = Field(default=0, ge=0, description="activation memory per GPU, if known")
+    activation_gb: float = Field(default=0, ge=0, le=100_000,
+                                 description="activation memory per GPU, if known")
     lora: bool = Field(default=False, description="train adapters only: optimizer state ~0")
 
 
 class ElasticSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
 
-    min_gpus: int = Field(ge=1)
-    max_gpus: int = Field(ge=1)
+    min_gpus: int = Field(ge=1, le=MAX_GPUS)
+    max_gpus: int = Field(ge=1, le=MAX_GPUS)
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticSpec:
@@ -86,30 +103,44 @@ class ElasticSpec(BaseModel):
 class JobSpec(BaseModel):
     """One job; validated whole at the edge, trusted afterwards."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _FINITE
 
-    name: str = Field(min_length=1, max_length=200)
-    tenant: str = Field(default="default", min_length=1)
+    # lengths and character sets are checked by name_check/tenant_check (whose messages say
+    # the fix, and which a spec read back from the store skips: text_limits.STORED), and
+    # documented for clients in the schema
+    name: Annotated[str, name_check("the job's name")] = Field(
+        min_length=1, description="printable text, no control characters",
+        json_schema_extra={"maxLength": MAX_NAME_CHARS})
+    tenant: Annotated[str, tenant_check()] = Field(
+        default="default", min_length=1, json_schema_extra={
+            "maxLength": MAX_TENANT_CHARS, "pattern": f"^{TENANT_PATTERN.pattern}$"})
     workload_class: WorkloadClass = WorkloadClass.EXPERIMENT
     priority: int = Field(default=0, ge=-1000, le=1000)
 
-    gpus: float | None = Field(default=None, gt=0, description="total GPUs; <1 for a MIG slice")
-    nodes: int | None = Field(default=None, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    gpus: float | None = Field(default=None, gt=0, le=MAX_GPUS,
+                               description="total GPUs; <1 for a MIG slice")
+    nodes: int | None = Field(default=None, ge=1, le=100_000)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=72)
 
-    gpu_model: str | None = None
-    min_vram_gb: float | None = Field(default=None, gt=0)
+    gpu_model: Annotated[str, name_check("the GPU model", 64)] | None = Field(
+        default=None, json_schema_extra={"maxLength": 64})
+    min_vram_gb: float | None = Field(default=None, gt=0, le=100_000)
     model: ModelSizeSpec | None = None
     allow_mixed_models: bool = False
 
-    runtime_estimate: Duration | None = None
-    runtime_limit: Duration | None = None
+    runtime_estimate: Duration | None = Field(default=None, le=MAX_DURATION_S)
+    runtime_limit: Duration | None = Field(default=None, le=MAX_DURATION_S)
     elastic: ElasticSpec | None = None
     preemptible: bool = False
     sensitive_data: bool = Field(
         default=False, description="its data may not leave owned hardware (bursting routes)")
     dataset_gb: float = Field(
-        default=0.0, ge=0, description="data to move if it bursts: dataset_gb x egress $/GB")
+        default=0.0, ge=0, le=1e9, description="data to move if it bursts: dataset_gb x egress $/GB")
+
+    memory_gb: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="host memory per node for the job's processes (the cgroup limit); "
+                    "default: the node's memory share of the GPUs it gets there")
 
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)

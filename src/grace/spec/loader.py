@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from grace.spec.admission import AdmissionSpec
 from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import ClusterSpec
 from grace.spec.errors import SpecError, SpecProblem, from_validation_error
@@ -100,6 +101,14 @@ def parse_bursting(data: Any, source: str = "<bursting>") -> BurstingSpec:
     return _validate(BurstingSpec, data, source)
 
 
+def parse_admission(data: Any, source: str = "<admission>") -> AdmissionSpec:
+    """``kind: admission``: the allow-list of the code jobs may run (spec/admission.py)."""
+    if isinstance(data, dict) and "kind" not in data:  # a job or cluster file given by mistake?
+        raise SpecError(source, [SpecProblem("kind", "an admission file says `kind: admission`; "
+                                                     "add it")])
+    return _validate(AdmissionSpec, _strip_kind(data, "admission", source), source)
+
+
 def parse_jobs(
     data: Any, source: str = "<jobs>", catalog: dict[str, GpuModel] | None = None
 ) -> list[JobSpec]:
@@ -168,6 +177,10 @@ def load_cluster(path: Path | str) -> ClusterSpec:
 
 def load_bursting(path: Path | str) -> BurstingSpec:
     return parse_bursting(read_yaml(path), str(path))
+
+
+def load_admission(path: Path | str) -> AdmissionSpec:
+    return parse_admission(read_yaml(path), str(path))
 
 
 def load_jobs(path: Path | str, catalog: dict[str, GpuModel] | None = None) -> list[JobSpec]:

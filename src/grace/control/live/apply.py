@@ -6,6 +6,12 @@ is safe: ``recovery`` adopts an attempt whose processes live and has the
 backend end any it cannot adopt before the job may start again. A launch the
 backend refuses counts against the job's launch budget; when it is spent the
 job fails with a reason starting ``launch-error:`` and the backend's message.
+With an admission file, a command it refuses at launch (a script edited since
+submit) fails the job at once, with a reason starting ``admission:``.
+Under a KMS each job's first launch makes its checkpoint data key and stores it
+wrapped (``jobs.data_key``); every launch unwraps it into the attempt's env
+(``GRACE_CHECKPOINT_KEY``, never stored or logged). One that does not unwrap
+(the control plane has another key-encryption key) fails the job at once.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import logging
 
 from grace.backends.base import LaunchSpec, LaunchSpecError, NodeAssignment, ReapError
+from grace.control.admission import ADMISSION, launch_refusal
+from grace.control.kms import KMSError, UnwrapError, launch_key, new_data_key
 from grace.control.live.context import LiveContext
 from grace.control.live.ending import EndRequests
 from grace.control.live.files import latest_checkpoint
@@ -20,11 +28,13 @@ from grace.control.live.observe import CycleReport, attempt_of
 from grace.control.live.view import CycleView
 from grace.control.snapshot import placement_to_nodes
 from grace.control.store import repository as repo
-from grace.control.store.models import AttemptState, EndCause, JobEventKind, JobState
+from grace.control.store import tokens
+from grace.control.store.models import AttemptState, EndCause, Job, JobEventKind, JobState
 from grace.core.capacity import Placement
 from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
 from grace.core.jobs import PendingJob
+from grace.runtime.config import CHECKPOINT_KEY_ENV
 
 log = logging.getLogger("grace.reconciler")
 #: ``reason`` prefix of a job whose launch budget is spent (the interface promises it).
@@ -101,15 +111,32 @@ class Applier:
             number = attempt.number
             attempt.borrowing = borrowing
             spec = dict(job.spec_json)
+            admitted = job.admission  # what was vetted at submit (None: no admission then)
             env = dict(spec.get("env") or {})
             interval = choose_interval(max(pj.gpu_equivalents, 1.0), self.ctx.settings.checkpoint_s,
                                        self.ctx.settings.restart_s)
             env.setdefault("GRACE_CHECKPOINT_INTERVAL_S", f"{interval.interval_s:.0f}")
             env["GRACE_JOB_UID"] = dirs.uid(job.id)
+            key_refusal = self._checkpoint_key(job, env)  # the env is a copy: the key is not stored
+            # the attempt's own token: it may post its heartbeats and nothing else
+            env["GRACE_TOKEN"] = tokens.job_token(s, job.id, number)
+            if self.ctx.settings.api_url:
+                env["GRACE_URL"] = self.ctx.settings.api_url
             launch = LaunchSpec(job_id=job.id, attempt=number, name=job.name,
                                 command=tuple(spec.get("command") or ()),
                                 nodes=tuple(NodeAssignment(g.node, g.gpus) for g in gang),
-                                workdir=workdir, env=env, time_limit_s=pj.limit_s)
+                                workdir=workdir, env=env, time_limit_s=pj.limit_s,
+                                tenant=job.tenant, memory_gb=spec.get("memory_gb"))
+        if key_refusal is not None:
+            message, final = key_refusal
+            log.error("job %s not launched: %s", pj.id, message)  # names key ids, never a key
+            self._launch_failed(int(pj.id), number, message, now, final=final)
+            return
+        refusal = launch_refusal(self.ctx.admission, spec, admitted)
+        if refusal is not None:  # the vetted bytes changed, or the rules refuse it: final
+            log.error("job %s refused at launch: %s", pj.id, refusal)
+            self._launch_failed(int(pj.id), number, refusal, now, final=True, prefix=ADMISSION)
+            return
         try:
             handle = self.ctx.backend.launch(launch)
         except LaunchSpecError as e:  # can never launch: retrying cannot help
@@ -129,8 +156,30 @@ class Applier:
             repo.set_attempt_running(s, attempt_of(job, number), handle)
         report.started.append(int(pj.id))
 
+    def _checkpoint_key(self, job: Job, env: dict[str, str]) -> tuple[str, bool] | None:
+        """Put the job's data key into the launch ``env``; (why not, final) if it cannot be.
+
+        The first launch under a KMS makes the key and stores it wrapped
+        (``job.data_key``, in the caller's transaction); every launch unwraps it.
+        A key that does not unwrap (another KEK, another job's) never will: final.
+        """
+        kms = self.ctx.kms
+        if kms is None:
+            return None
+        context = self.ctx.dirs.uid(job.id)
+        try:
+            if job.data_key is None:
+                job.data_key = new_data_key(kms, context)
+            env[CHECKPOINT_KEY_ENV] = launch_key(kms, job.data_key, context)
+        except UnwrapError as e:
+            return f"checkpoint key: the job's data key does not unwrap: {e}", True
+        except KMSError as e:
+            return f"checkpoint key: the KMS failed: {e}", False
+        return None
+
     def _launch_failed(self, job_id: int, number: int, message: str, now: float,
-                       final: bool = False, counts: bool = True) -> None:
+                       final: bool = False, counts: bool = True,
+                       prefix: str = LAUNCH_ERROR) -> None:
         """The backend refused the launch: retried until the budget is spent (at once when
         ``final``: the spec itself is unlaunchable), then failed. One that does not
         ``count`` (an earlier attempt still ending) is only requeued."""
@@ -149,7 +198,7 @@ class Applier:
                 why = ("it can never be launched: not retried" if final else
                        f"the backend refused {job.launch_failures} launches")
                 repo.set_job_state(s, job, JobState.FAILED, now,
-                                   f"{LAUNCH_ERROR}: {message} ({why})", JobEventKind.FAILED,
+                                   f"{prefix}: {message} ({why})", JobEventKind.FAILED,
                                    detail)
             else:
                 repo.set_job_state(s, job, JobState.PENDING, now,

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grace.backends.base import Backend
+from grace.control.admission import Admission
+from grace.control.kms import KeyEncryptionService
 from grace.control.snapshot import JobCompiler
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
@@ -31,6 +33,7 @@ class LiveSettings:
     cancel_grace_s: float = 10.0  # a user's cancel, a stop or a preemption
     launch_budget: int = LAUNCH_BUDGET
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    api_url: str | None = None  # GRACE_URL of each attempt: where the runtime sends heartbeats
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class LiveContext:
     dirs: JobDirs
     settings: LiveSettings = field(default_factory=LiveSettings)
     clock: Callable[[], float] = time.time
+    admission: Admission | None = None  # vetted code (grace up --admission); None: any command
+    kms: KeyEncryptionService | None = None  # wraps each job's checkpoint data key; None: plaintext
     compiler: JobCompiler = field(init=False)
     # attempts whose processes survived reap(): held, retried each cycle (a cache: recovery
     # after a restart finds them again as live attempts nothing can adopt)

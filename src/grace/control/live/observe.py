@@ -50,6 +50,8 @@ class CycleReport:
 
 def failure_kind(obs: Observation) -> FailureKind:
     """Whose fault an attempt's own end was (one the control plane asked for has a cause)."""
+    if obs.oom:
+        return FailureKind.OOM  # before LOST and signals: the cgroup's counter says why
     if obs.status is AttemptStatus.LOST:
         return FailureKind.NODE
     if "heartbeat" in (obs.detail or ""):

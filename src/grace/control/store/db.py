@@ -42,6 +42,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from grace.control.store.audit import has_staged, write_staged
 from grace.control.store.errors import Fenced, StaleWrite
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -187,6 +188,8 @@ class Store:
         try:
             with session.begin():
                 yield session
+                # the audit entries last, before the fence: see store.audit for why
+                write_staged(session)
                 fence = self.fence
                 if fence is not None:
                     session.flush()  # the changes first: the lease row stays locked for less
@@ -208,6 +211,8 @@ class Store:
         """A read-only transaction (flushing a change raises); never blocks or waits for writers."""
         with self._reader() as session:  # closing rolls back: nothing it did is kept
             yield session
+            if has_staged(session):
+                raise RuntimeError("audit entries need a write: append them in Store.transaction()")
 
     def close(self) -> None:
         self.engine.dispose()

@@ -65,7 +65,8 @@ def heal(session: Session, node: str, now: float, why: str) -> list[int]:
     return healed
 
 
-def clear(session: Session, job: Job, actor: str, now: float) -> list[str]:
+def clear(session: Session, job: Job, actor: str, now: float,
+          token_id: str | None = None) -> list[str]:
     """An operator clears every exclusion of ``job``; returns the nodes it named."""
     from grace.control.store import repository as repo
 
@@ -73,7 +74,8 @@ def clear(session: Session, job: Job, actor: str, now: float) -> list[str]:
     if nodes:
         job.exclude_nodes = []
         repo.add_event(session, job.id, JobEventKind.EXCLUSIONS_CLEARED, now,
-                       {"nodes": nodes, "why": f"cleared by {actor}", "actor": actor})
+                       {"nodes": nodes, "why": f"cleared by {actor}", "actor": actor},
+                       actor, token_id)
     return nodes
 
 

@@ -48,6 +48,7 @@ from sqlalchemy.types import TypeDecorator
 
 from grace.core.health import NodeState
 from grace.spec.job import JobSpec
+from grace.spec.text_limits import STORED
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -261,6 +262,9 @@ class Job(Base):
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     reason: Mapped[str | None] = mapped_column(Text)  # why it waits, or why it ended
     launch_failures: Mapped[int] = mapped_column(default=0)  # launches the backend refused
+    owner: Mapped[str | None] = mapped_column(String(32))  # the token id that submitted it
+    data_key: Mapped[str | None] = mapped_column(Text)  # its data key, wrapped by the KMS
+    admission: Mapped[dict[str, Any] | None]  # what the admission rules checked at submit
     version: Mapped[int] = mapped_column(default=1)
 
     attempts: Mapped[list[Attempt]] = relationship(
@@ -270,7 +274,8 @@ class Job(Base):
 
     @property
     def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.spec_json)
+        # accepted at submit: the edge checks added since must not break a stored job
+        return JobSpec.model_validate(self.spec_json, context=STORED)
 
     @property
     def is_terminal(self) -> bool:
@@ -370,6 +375,63 @@ class JobEvent(Base):
     at: Mapped[float]
     kind: Mapped[JobEventKind] = mapped_column(StrEnumType(JobEventKind))
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    actor: Mapped[str] = mapped_column(String(200), default="grace", server_default="grace")
+
+
+class Role(StrEnum):
+    """What a token may do; each role may do everything the ones after it may."""
+
+    ADMIN = "admin"  # everything, tokens and the audit trail included
+    OPERATOR = "operator"  # nodes, drains, quotas, any tenant's jobs
+    MEMBER = "member"  # submit and manage its own tenant's jobs
+    VIEWER = "viewer"  # read its tenant's jobs (every tenant's with no tenant set)
+
+
+class ApiToken(Base):
+    """An API token: only the SHA-256 of its secret is stored (``grace token create``)."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint(_in("role", Role), name="role"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[Role] = mapped_column(StrEnumType(Role))
+    tenant: Mapped[str | None] = mapped_column(String(200))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float]
+    created_by: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float | None]
+    revoked_at: Mapped[float | None]
+    last_used_at: Mapped[float | None]
+
+
+class AuditEntry(Base):
+    """One entry of the audit trail; ``hash`` covers every other column and ``prev_hash``."""
+
+    __tablename__ = "audit_entries"
+    __table_args__ = (Index(None, "at"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[float]
+    actor: Mapped[str] = mapped_column(String(200))
+    token_id: Mapped[str | None] = mapped_column(String(32))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(400))
+    outcome: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHead(Base):
+    """The chain's newest ``seq`` and ``hash``: one row, updated by every append, so two
+    appends never read the same head (row lock on PostgreSQL, write lock on SQLite)."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int]
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 __all__ = [
@@ -377,8 +439,11 @@ __all__ = [
     "LIVE_ATTEMPT_STATES",
     "MOVE_CAUSES",
     "TERMINAL_JOB_STATES",
+    "ApiToken",
     "Attempt",
     "AttemptState",
+    "AuditEntry",
+    "AuditHead",
     "Base",
     "BreakerEvent",
     "EndCause",
@@ -391,6 +456,7 @@ __all__ = [
     "Node",
     "NodeEvent",
     "NodeState",
+    "Role",
     "StoreMeta",
     "Tenant",
 ]

@@ -16,12 +16,16 @@ Invariants kept here (and, where SQL can, by the schema):
   preempt or stop is committed first, then the backend is told): such an
   attempt is listed by ``orphaned_attempts`` until ``end_attempt`` records it;
 - every job state change writes a ``JobEvent``, every node move a ``NodeEvent``;
+- every job event, node move, health signal, quota change and cancel request also
+  appends an audit entry (``store.audit``) naming its actor (``grace``, or the
+  token's name and id the API passes), in the same transaction;
 - every job update bumps ``Job.version`` (SQLAlchemy's version counter).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
-from grace.control.store import exclusions
+from grace.control.store import audit, exclusions
 from grace.control.store.errors import IllegalJobTransition, NotFound, StaleWrite
 from grace.control.store.models import (
     LIVE_ATTEMPT_STATES,
@@ -91,10 +95,14 @@ def check_job_transition(job_id: int, frm: JobState, to: JobState) -> None:
 
 # ---------------------------------------------------------------- events
 def add_event(session: Session, job_id: int, kind: JobEventKind, now: float,
-              detail: dict[str, Any] | None = None) -> JobEvent:
-    """Append one line to a job's history."""
-    event = JobEvent(job_id=job_id, kind=JobEventKind(kind), at=now, detail=dict(detail or {}))
+              detail: dict[str, Any] | None = None, actor: str = audit.CONTROL_PLANE,
+              token_id: str | None = None) -> JobEvent:
+    """Append one line to a job's history, and to the audit trail (``job.<kind>``)."""
+    event = JobEvent(job_id=job_id, kind=JobEventKind(kind), at=now, detail=dict(detail or {}),
+                     actor=actor)
     session.add(event)
+    audit.append(session, actor, audit.job_action(event.kind), audit.job_target(job_id),
+                 audit.AuditOutcome.OK, now, token_id, event.detail)
     return event
 
 
@@ -125,19 +133,30 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 
 def set_quota(session: Session, tenant: str, guaranteed_gpus: float | None = None,
               borrow_limit_gpus: float | None = None, weight: float = 1.0,
-              preemptions_per_hour: int = 20) -> Tenant:
-    """Create or replace a tenant's quota; None (or inf) means unlimited."""
+              preemptions_per_hour: int = 20, *, actor: str = audit.CONTROL_PLANE,
+              token_id: str | None = None, now: float | None = None) -> Tenant:
+    """Create or replace a tenant's quota; None (or inf) means unlimited. Audited with the
+    quota before and after (``now``: the entry's time, default the wall clock)."""
     if weight <= 0 or preemptions_per_hour < 0:
         raise ValueError("a quota needs weight > 0 and preemptions_per_hour >= 0")
     for value in (guaranteed_gpus, borrow_limit_gpus):
         if value is not None and value < 0:
             raise ValueError("guaranteed_gpus and borrow_limit_gpus must be >= 0 (or None: unlimited)")
     row = ensure_tenant(session, tenant)
+    was = _quota_json(row)
     row.guaranteed_gpus = _finite_or_none(guaranteed_gpus)
     row.borrow_limit_gpus = _finite_or_none(borrow_limit_gpus)
     row.weight = weight
     row.preemptions_per_hour = preemptions_per_hour
+    audit.append(session, actor, audit.AuditAction.QUOTA_SET, audit.tenant_target(tenant),
+                 audit.AuditOutcome.OK, time.time() if now is None else now, token_id,
+                 {"was": was, "now": _quota_json(row)})
     return row
+
+
+def _quota_json(row: Tenant) -> dict[str, Any]:
+    return {"guaranteed_gpus": row.guaranteed_gpus, "borrow_limit_gpus": row.borrow_limit_gpus,
+            "weight": row.weight, "preemptions_per_hour": row.preemptions_per_hour}
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -169,8 +188,10 @@ def gpu_hours_by_tenant(session: Session, now: float) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- jobs
-def add_job(session: Session, spec: JobSpec, now: float) -> Job:
-    """Store a validated spec as a pending job (its tenant created if new), with its event."""
+def add_job(session: Session, spec: JobSpec, now: float, actor: str = audit.CONTROL_PLANE,
+            token_id: str | None = None) -> Job:
+    """Store a validated spec as a pending job (its tenant created if new), with its event
+    (by ``actor``: the submitting token's name, ``token_id`` its id)."""
     assert spec.gpus is not None  # JobSpec's validator fills it in
     ensure_tenant(session, spec.tenant)
     job = Job(name=spec.name, tenant=spec.tenant, spec_json=spec.model_dump(mode="json"),
@@ -180,7 +201,8 @@ def add_job(session: Session, spec: JobSpec, now: float) -> Job:
               cancel_requested=False)
     session.add(job)
     session.flush()  # assigns job.id
-    add_event(session, job.id, JobEventKind.SUBMITTED, now, {"gpus": job.gpus, "tenant": job.tenant})
+    add_event(session, job.id, JobEventKind.SUBMITTED, now, {"gpus": job.gpus, "tenant": job.tenant},
+              actor, token_id)
     return job
 
 
@@ -225,7 +247,8 @@ def cancel_requested(session: Session) -> list[Job]:
                                 .order_by(Job.id)))
 
 
-def request_cancel(session: Session, job_id: int, now: float) -> Job:
+def request_cancel(session: Session, job_id: int, now: float, actor: str = audit.CONTROL_PLANE,
+                   token_id: str | None = None) -> Job:
     """Ask for a cancel; the reconciler carries it out (stops the attempt, then ends the job).
 
     Only the flag is written here, so the API never races the reconciler over
@@ -237,6 +260,8 @@ def request_cancel(session: Session, job_id: int, now: float) -> Job:
     if not job.cancel_requested:
         job.cancel_requested = True
         job.reason = "cancel requested"
+        audit.append(session, actor, audit.AuditAction.JOB_CANCEL_REQUESTED,
+                     audit.job_target(job_id), audit.AuditOutcome.OK, now, token_id)
     return job
 
 
@@ -455,11 +480,14 @@ def store_id(session: Session) -> str:
 
 
 def add_signal(session: Session, node: str, kind: str, at: float, code: int | None = None,
-               detail: str = "", actor: str = "grace") -> HealthSignalRow:
+               detail: str = "", actor: str = "grace", token_id: str | None = None
+               ) -> HealthSignalRow:
     """A health signal for the reconciler's next cycle; kept until it is handled."""
     require_node(session, node)
     row = HealthSignalRow(node=node, kind=kind, code=code, detail=detail, at=at, actor=actor)
     session.add(row)
+    audit.append(session, actor, audit.AuditAction.NODE_SIGNAL, audit.node_target(node),
+                 audit.AuditOutcome.OK, at, token_id, {"kind": kind, "code": code, "detail": detail})
     return row
 
 
@@ -487,7 +515,7 @@ def upsert_node(session: Session, name: str, gpus: int, gpu_model: str | None) -
 
 
 def set_node_state(session: Session, name: str, to_state: NodeState | str, reason: str,
-                   actor: str, now: float) -> NodeEvent:
+                   actor: str, now: float, token_id: str | None = None) -> NodeEvent:
     """Move a node along core.health's state machine and record who and why.
 
     Illegal moves raise ``IllegalTransition`` (a ValueError) and write nothing;
@@ -501,9 +529,19 @@ def set_node_state(session: Session, name: str, to_state: NodeState | str, reaso
         check_transition(name, node.state, to)
     event = NodeEvent(node=name, at=now, from_state=node.state, to_state=to, reason=reason,
                       actor=actor)
+    audit_node_move(session, name, node.state, to, reason, actor, now, token_id)
     node.state, node.reason, node.actor, node.updated_at = to, reason, actor, now
     session.add(event)
     return event
+
+
+def audit_node_move(session: Session, name: str, from_state: NodeState | None, to: NodeState,
+                    reason: str, actor: str, at: float, token_id: str | None = None) -> None:
+    """A node's move (or note) in the audit trail; its ``NodeEvent`` is the caller's."""
+    audit.append(session, actor, audit.AuditAction.NODE_STATE, audit.node_target(name),
+                 audit.AuditOutcome.OK, at, token_id,
+                 {"from": None if from_state is None else NodeState(from_state).value,
+                  "to": NodeState(to).value, "reason": reason})
 
 
 def require_node(session: Session, name: str) -> Node:
@@ -530,6 +568,7 @@ __all__ = [
     "add_event",
     "add_job",
     "add_signal",
+    "audit_node_move",
     "cancel_requested",
     "check_job_transition",
     "end_attempt",

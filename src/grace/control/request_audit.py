@@ -1,0 +1,109 @@
+"""One audit entry per mutating API request, refused ones included (ASGI middleware).
+
+The store writes an entry for each change it makes (``store.audit``), with the
+actor the route passed; this adds the request itself: who (the token's name and
+id, or ``anonymous``), ``METHOD /path``, and how it ended (``ok``, ``refused``,
+``denied``, ``error``), so an attacker's tries are in the trail too, not only
+what succeeded. Reads are not audited (the access log has them).
+
+Why a limit on denied entries: a flood of requests without a valid token would
+otherwise write one entry each. At most ``DENIED_PER_MINUTE`` denied requests
+per client address per minute are written; the rest are counted and the count
+goes into the next entry written for that address.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from grace.control.auth import Principal
+from grace.control.store import audit
+from grace.control.store.db import Store
+
+log = logging.getLogger(__name__)
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+DENIED_PER_MINUTE = 30
+ANONYMOUS = "anonymous"
+
+
+class RequestAudit:
+    """ASGI middleware: after each POST/PUT/PATCH/DELETE, append its audit entry.
+
+    ``writes_allowed`` says whether this process may write (a standby may not: it
+    refuses the request, and records nothing)."""
+
+    def __init__(self, app: ASGIApp, store: Store, clock: Callable[[], float] = time.time,
+                 writes_allowed: Callable[[], bool] = lambda: True) -> None:
+        self.app = app
+        self.store = store
+        self.clock = clock
+        self.writes_allowed = writes_allowed
+        self._denied: dict[str, tuple[float, int, int]] = {}  # addr -> (minute, written, skipped)
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in WRITES:
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            await anyio.to_thread.run_sync(self._record, scope, status["code"])
+
+    def _record(self, scope: Scope, status: int) -> None:
+        if not self.writes_allowed():
+            return
+        who = scope.get("state", {}).get("principal")
+        principal = who if isinstance(who, Principal) else None
+        outcome = audit.outcome_of_status(status)
+        detail: dict[str, Any] = {"status": status}
+        if principal is None and outcome is audit.AuditOutcome.DENIED:
+            skipped = self._admit_denied(_client(scope))
+            if skipped is None:
+                return
+            if skipped:
+                detail["denied_not_recorded"] = skipped
+        target = f"{scope['method']} {scope.get('path', '')}"[:400]
+        try:
+            audit.record(self.store, principal.actor if principal else ANONYMOUS,
+                         audit.AuditAction.API_REQUEST, target, outcome, self.clock(),
+                         principal.token_id if principal else None, detail)
+        except Exception:  # the answer is already sent; a full disk must not turn it into a 500
+            log.exception("could not write the audit entry of %s (%s)", target, status)
+
+    def _admit_denied(self, client: str) -> int | None:
+        """None: over this minute's budget (skip it); else how many were skipped before."""
+        minute = self.clock() // 60
+        with self._lock:
+            was, written, skipped = self._denied.get(client, (minute, 0, 0))
+            if was != minute:
+                written = 0
+            if written >= DENIED_PER_MINUTE:
+                self._denied[client] = (minute, written, skipped + 1)
+                return None
+            self._denied[client] = (minute, written + 1, 0)
+            if len(self._denied) > 10_000:  # many addresses: forget the old minutes
+                self._denied = {k: v for k, v in self._denied.items() if v[0] == minute}
+            return skipped
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "-"
+
+
+__all__ = ["ANONYMOUS", "DENIED_PER_MINUTE", "WRITES", "RequestAudit"]
