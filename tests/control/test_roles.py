@@ -151,7 +151,8 @@ def test_every_route_answers_every_caller_as_the_matrix_says(world: World) -> No
     wrong = []
     for (method, _), (template, kw, expected) in MATRIX.items():
         for caller in CALLERS:
-            spare = make_token(world.store, "viewer").split("_")[1]
+            spare = make_token(world.store, "viewer").split("_")[1] if "{spare}" in template \
+                else ""
             path = template.format(a=world.job_a, cancel=world.cancel_a, spare=spare)
             r = world.client.request(method, path, headers=world.headers[caller], **kw)
             if not _passes(r.status_code, expected[caller]):

@@ -31,6 +31,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -380,6 +381,7 @@ def _drive(data, topo: Topology, policy: str, quotas: dict[str, TenantQuota], st
 _SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 
 
+@pytest.mark.slow  # 5-12 s each: CI runs them (make test), make test-fast does not
 @settings(max_examples=EXAMPLES, **_SETTINGS)
 @given(groups=cluster_specs(), policy=st.sampled_from(sorted(POLICIES)), quotas=quotas_st,
        cycles=st.integers(1, 8), data=st.data())
@@ -387,6 +389,7 @@ def test_decide_invariants_hold_over_random_cycles(groups, policy, quotas, cycle
     _drive(data, build(groups), policy, quotas, Stream(cycles=cycles))
 
 
+@pytest.mark.slow  # 5-12 s each: CI runs them (make test), make test-fast does not
 @settings(max_examples=max(20, EXAMPLES // 3), **_SETTINGS)
 @given(groups=cluster_specs(), data=st.data())
 def test_busy_cluster_under_the_default_policy(groups, data):
@@ -394,6 +397,7 @@ def test_busy_cluster_under_the_default_policy(groups, data):
     _drive(data, build(groups), "grace", {}, Stream(cycles=6, max_new=10, max_finish=2))
 
 
+@pytest.mark.slow  # 5-12 s each: CI runs them (make test), make test-fast does not
 @settings(max_examples=max(20, EXAMPLES // 3), **_SETTINGS)
 @given(groups=cluster_specs(max_groups=2, max_nodes=4),
        policy=st.sampled_from(["priority", "grace"]),
@@ -409,6 +413,7 @@ def test_quotas_hold_while_tenants_borrow_and_reclaim(groups, policy, guaranteed
     _drive(data, build(groups), policy, quotas, stream)
 
 
+@pytest.mark.slow  # 5-12 s each: CI runs them (make test), make test-fast does not
 @settings(max_examples=max(20, EXAMPLES // 4), **_SETTINGS)
 @given(groups=cluster_specs(max_groups=2, max_nodes=4), data=st.data())
 def test_las_preemption_keeps_the_invariants(groups, data):
