@@ -158,9 +158,11 @@ def test_a_killed_rank_resumes_from_its_checkpoint_through_a_new_sbatch(
 
 @pytest.mark.slow
 def test_drains_flow_both_ways_with_their_reasons(server: Server, slurm: SlurmCli) -> None:
-    # Grace drains n4: Slurm shows it drained, with Grace's reason
-    r = server.post("/nodes/n4/drain", json={"reason": "fan failing"},
-                   timeout=30)
+    # Grace drains n4 (an operator token named ops): Slurm shows it drained, with the reason
+    made = server.post("/tokens", json={"name": "ops", "role": "operator"})
+    assert made.status_code == 201, made.text
+    ops = {"Authorization": f"Bearer {made.json()['token']}"}
+    r = server.post("/nodes/n4/drain", json={"reason": "fan failing"}, headers=ops)
     assert r.status_code == 200, r.text
     state = wait_for("n4 drained in Slurm", lambda: (s := slurm_node(slurm, "n4"))[0]
                      in ("drained", "draining") and s)

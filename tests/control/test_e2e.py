@@ -104,8 +104,10 @@ class Server:
         return {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """As the admin, unless ``headers`` names another token."""
         kw.setdefault("timeout", 30)
-        return httpx.request(method, self.url + path, headers=self.headers, **kw)
+        headers = {**self.headers, **kw.pop("headers", {})}
+        return httpx.request(method, self.url + path, headers=headers, **kw)
 
     def post(self, path: str, **kw: Any) -> httpx.Response:
         return self.request("POST", path, **kw)
