@@ -24,8 +24,8 @@ from helpers import LAB, FakeClock, ScriptedBackend, make_token
 from grace.control.api import create_app
 from grace.control.live.context import job_dirs
 from grace.control.reconciler import Reconciler
+from grace.control.store import audit, tokens
 from grace.control.store import repository as repo
-from grace.control.store import tokens
 from grace.control.store.db import Store
 from grace.core.policies import get_policy
 from grace.core.topology import Topology
@@ -223,3 +223,18 @@ def test_fault_injection_is_refused_without_allow_inject(world: World, tmp_path:
     r = TestClient(app).post(f"/jobs/{world.job_a}/inject", json={"fault": "kill-rank"},
                              headers=world.headers["admin"])
     assert r.status_code == 403 and "--allow-inject" in r.json()["detail"]
+
+
+def test_refused_requests_are_audited_accepted_heartbeats_are_not(world: World) -> None:
+    beat = {"attempt": 1, "records": [{"step": 7}]}
+    assert world.client.post(f"/jobs/{world.job_a}/heartbeats", json=beat,
+                             headers=world.headers["job_a"]).status_code == 204
+    assert world.client.post(f"/jobs/{world.job_a}/heartbeats", json=beat,
+                             headers=world.headers["job_b"]).status_code == 404
+    assert world.client.post("/nodes/a100-01/drain", json={"reason": "x"}).status_code == 401
+    with world.store.read() as s:
+        rows = [(e.actor, e.target, str(e.outcome)) for e in audit.entries(s, limit=10_000)
+                if str(e.action) == "api.request"]
+    beats = [r for r in rows if r[1].endswith("/heartbeats")]
+    assert beats == [("job 2 attempt 1", f"POST /jobs/{world.job_a}/heartbeats", "refused")]
+    assert ("anonymous", "POST /nodes/a100-01/drain", "denied") in rows

@@ -4,7 +4,8 @@ The store writes an entry for each change it makes (``store.audit``), with the
 actor the route passed; this adds the request itself: who (the token's name and
 id, or ``anonymous``), ``METHOD /path``, and how it ended (``ok``, ``refused``,
 ``denied``, ``error``), so an attacker's tries are in the trail too, not only
-what succeeded. Reads are not audited (the access log has them).
+what succeeded. Reads are not audited, nor accepted heartbeats (the access log
+has them).
 
 Why a limit on denied entries: a flood of requests without a valid token would
 otherwise write one entry each. At most ``DENIED_PER_MINUTE`` denied requests
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DENIED_PER_MINUTE = 30
 ANONYMOUS = "anonymous"
+#: Accepted heartbeats are not audited (each rank posts every few seconds; the access log
+#: has them); refused ones are: a forged heartbeat is what the trail is for.
+HEARTBEATS = "/heartbeats"
 
 
 class RequestAudit:
@@ -70,6 +74,8 @@ class RequestAudit:
         who = scope.get("state", {}).get("principal")
         principal = who if isinstance(who, Principal) else None
         outcome = audit.outcome_of_status(status)
+        if outcome is audit.AuditOutcome.OK and str(scope.get("path", "")).endswith(HEARTBEATS):
+            return  # a job's progress every few seconds is telemetry, not an action
         detail: dict[str, Any] = {"status": status}
         if principal is None and outcome is audit.AuditOutcome.DENIED:
             skipped = self._admit_denied(_client(scope))
