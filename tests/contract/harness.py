@@ -47,6 +47,7 @@ from grace.core.quotas import TenantQuota
 from grace.core.restart import RestartPolicy
 from grace.core.topology import Topology
 from grace.sim.engine import SimConfig, Simulation
+from grace.sim.estimates import EstimateModel
 from grace.sim.events import EventKind
 from grace.sim.failures import FailureCause, FailureModel, NodeFailure
 from grace.sim.runtime_model import RuntimeModel
@@ -164,7 +165,7 @@ def run_twin(sc: Scenario) -> Trace:
     failures = FailureModel(gpu_mtbf_h=1e18, repair_s=REPAIR_S, level3_s=LEVEL3_S, restart_s=0.0,
                             checkpoint_s=0.0, checkpoint_interval_s=math.inf)
     table, breaker, lemons = _health(sc)
-    config = SimConfig(policy=get_policy(sc.policy), quotas=sc.quotas, use_estimates=False,
+    config = SimConfig(policy=get_policy(sc.policy), quotas=sc.quotas, estimates=EstimateModel.NONE,
                        failures=failures, restart_policy=_restart_policy(), until_s=sc.horizon,
                        health_table=table)
     trace = Trace()

@@ -228,6 +228,8 @@ def _check_start(state: SchedulerState, led: Ledger, job: PendingJob, p: Placeme
     per = {n: sum(1 for g in p.gpus if topo.gpu_node[g] == n) for n in nodes}
     if per_node is not None:
         assert set(per.values()) == {per_node}, f"job {job.id}: shape {per} is not x{per_node}"
+    if state.policy.replan:
+        return  # re-planning (Tiresias) spreads over the freest nodes by definition (core.replan)
     # locality, judged on what was free when decide placed this job
     allowed = [n for n in _group_nodes(topo, key) if usable[n] and n not in job.exclude_nodes]
     free = {n: len(led.free[n]) for n in allowed}

@@ -87,8 +87,11 @@ def _topo() -> Topology:
 
 
 def test_twin_showback_from_a_replay() -> None:
-    jobs = [TraceJob("one", 0.0, 3600.0, 1, "a"), TraceJob("node", 0.0, 7200.0, 8, "b"),
-            TraceJob("multi", 0.0, 3600.0, 16, "b"), TraceJob("late", 0.0, 3600.0, 32, "a")]
+    limit = {"limit_s": 4 * 3600.0}  # what each user asked for: room to spare, no timeout
+    jobs = [TraceJob("one", 0.0, 3600.0, 1, "a", **limit),
+            TraceJob("node", 0.0, 7200.0, 8, "b", **limit),
+            TraceJob("multi", 0.0, 3600.0, 16, "b", **limit),
+            TraceJob("late", 0.0, 3600.0, 32, "a", **limit)]
     sim = Simulation(_topo(), jobs, SimConfig(policy=get_policy("fifo")))
     sim.metrics.set_horizon(1.0)
     result = sim.run()

@@ -36,8 +36,10 @@ CLUSTER = parse_cluster({
                     {"name": "spot", "count": 4, "gpu": H100, "pool": "spot"},
                     {"name": "od", "count": 4, "gpu": H100, "pool": "od"}]})
 TOPO = Topology.from_spec(CLUSTER)
-JOBS = [TraceJob(str(i), i * 60.0, 4 * HOUR, 8) for i in range(10)] + [
-    TraceJob("full", 30.0, 3 * 24 * HOUR, 8, workload_class=WorkloadClass.FULL_RUN)]
+# the limits their users asked for (the scheduler's estimates): round values with room
+JOBS = [TraceJob(str(i), i * 60.0, 4 * HOUR, 8, limit_s=8 * HOUR) for i in range(10)] + [
+    TraceJob("full", 30.0, 3 * 24 * HOUR, 8, workload_class=WorkloadClass.FULL_RUN,
+             limit_s=7 * 24 * HOUR)]
 
 
 def bursting(**over: object) -> BurstingSpec:
@@ -112,12 +114,14 @@ def test_a_run_repeats_exactly_with_its_seed_and_differs_with_another():
 
 
 def test_a_burst_is_billed_from_ready_to_release_after_the_idle_timeout():
-    """b waits behind a 10-hour gang holding both owned nodes: forecast wait 10 h > 600 s,
+    """b waits behind a 10-hour gang (asking 12 h) holding both owned nodes: forecast wait
+    12 h > 600 s,
     so at t=10 one spot node is rented; ready at 310 (300 s delay), b runs 310-3910, the
     node idles 600 s and is released at 4510: 4200 s x 8 GPUs x 2 $/GPU-h = 18.67 $."""
     spec = bursting()
     spec.offers[0].preemptions_per_hour = 0.0  # exact figures: no preemption
-    jobs = [TraceJob("a", 0.0, 10 * HOUR, 16), TraceJob("b", 10.0, 1 * HOUR, 8)]
+    jobs = [TraceJob("a", 0.0, 10 * HOUR, 16, limit_s=12 * HOUR),
+            TraceJob("b", 10.0, 1 * HOUR, 8, limit_s=2 * HOUR)]
     sim, on, placed = replay(spec, jobs=jobs)
     assert dict(placed)["b"] == {"spot"}
     b = next(j for j in sim.jobs.values() if j.trace.job_id == "b")

@@ -102,7 +102,10 @@ def test_grace_beats_fifo_on_a_bursty_synthetic_trace():
     inp = ReplayInput(topo, trace, "small", "synthetic")
     fifo = replay(inp, "fifo").summary
     grace = replay(inp, "grace").summary
-    assert grace["jobs_completed"] == fifo["jobs_completed"] == len(trace.jobs)
+    for s in (fifo, grace):  # users' limits: a few underestimates end as Slurm ends them
+        assert s["estimates"] == "user"
+        assert s["jobs_completed"] + s["jobs_timed_out"] == len(trace.jobs)
+        assert 0 < s["jobs_timed_out"] < 0.1 * len(trace.jobs)
     assert grace["avg_jct_s"] < fifo["avg_jct_s"]
 
 

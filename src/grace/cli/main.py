@@ -10,7 +10,7 @@ from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resu
 from grace.cli.demo import demo
 from grace.cli.plan import plan
 from grace.cli.showback import showback
-from grace.cli.simulate import compare, simulate
+from grace.cli.simulate import EstimatesFlagCommand, compare, simulate
 from grace.cli.slurm import slurm_import
 from grace.cli.tokens import token_app
 from grace.cli.twin_demo import twin_demo
@@ -41,8 +41,8 @@ app.command()(nodes)
 app.command()(drain)
 app.command()(resume)
 app.command()(inject)
-app.command()(simulate)
-app.command()(compare)
+app.command(cls=EstimatesFlagCommand)(simulate)
+app.command(cls=EstimatesFlagCommand)(compare)
 app.command()(whatif)
 app.command()(plan)
 app.command()(showback)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand
 
 from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
 from grace.core.policies import DEFAULT_POLICY, get_policy
+from grace.sim.estimates import EstimateModel, parse_estimate_model
 from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
 from grace.sim.report import SUMMARY_FIELDS, fmt_value, write_html
@@ -25,15 +28,68 @@ err = Console(stderr=True)
 
 ClusterOpt = typer.Option(..., "--cluster", help="cluster YAML (or, with --format openb, the node list CSV)")
 TraceOpt = typer.Option(..., "--trace", help="job trace file")
-FormatOpt = typer.Option("philly", "--format", help="philly | openb | csv | chronus | tiresias")
+FormatOpt = typer.Option("philly", "--format",
+                         help="philly | openb | csv | chronus | tiresias | pollux")
+ProfilesOpt = typer.Option(
+    None, "--profiles",
+    help="for --format pollux: the app-profiles/ folder (per-model throughput and efficiency)")
+RoundOpt = typer.Option(None, "--round-s", min=1.0,
+                        help="act on arrivals and freed GPUs only every N seconds (rounds), "
+                             "e.g. 60 as Pollux's simulator does; default: at every event")
+PerJobOpt = typer.Option(False, "--per-job",
+                         help="add per_job (each trace job's name -> JCT in seconds) to the JSON")
+ElasticOpt = typer.Option(False, "--elastic",
+                          help="for --format pollux: declare jobs elastic (1 to 2x their GPUs)")
 ColumnsOpt = typer.Option(
-    None, "--columns", help="for --format csv: submit=COL,duration=COL,gpus=COL[,tenant=COL]")
+    None, "--columns",
+    help="for --format csv: submit=COL,duration=COL,gpus=COL[,tenant=COL,limit=COL,name=COL]")
 SeedOpt = typer.Option(0, "--seed", help="seed for every random choice in the run")
 QuotasOpt = typer.Option(None, "--quotas", help="tenant quotas: YAML, or CSV of tenant,size shares")
 JsonOpt = typer.Option(None, "--json", help="write the summary as JSON here")
 HtmlOpt = typer.Option(None, "--html", help="write a self-contained HTML report here")
-EstOpt = typer.Option(True, "--estimates/--no-estimates",
-                      help="give the scheduler each job's true duration as its runtime estimate")
+EstOpt = typer.Option(
+    None, "--estimates", metavar="exact|none|user",
+    help="what the scheduler is told about job lengths: user = the time limits users ask for "
+         "(the trace's limit column, else a model of users; default), exact = true durations "
+         "(an oracle), none = nothing. A bare --estimates means exact, as it used to")
+NoEstOpt = typer.Option(False, "--no-estimates", help="the same as --estimates none")
+EnforceOpt = typer.Option(
+    None, "--enforce-limits/--no-enforce-limits",
+    help="with --estimates user, end a job that outruns its time limit (outcome timeout), "
+         "as Slurm does; --no-enforce-limits keeps the limit as an estimate only "
+         "[default: enforced, except for --format pollux, whose simulator never ends a job]")
+
+
+class EstimatesFlagCommand(TyperCommand):
+    """A command whose ``--estimates`` takes a model name and, given bare, means ``exact``.
+
+    ``--estimates`` used to be a flag (``--estimates/--no-estimates``); scripts that pass
+    it alone keep working. Typer has no option with an optional value, so a bare
+    ``--estimates`` (last, or followed by another option) becomes ``--estimates=exact``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        out = list(args)
+        for i, a in enumerate(out):
+            if a == "--":
+                break
+            if a == "--estimates" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+                out[i] = "--estimates=exact"
+        return super().parse_args(ctx, out)
+
+
+def _estimates(value: str | None, no_estimates: bool) -> EstimateModel:
+    """The model the options name (default ``user``); exit 2 naming the choices if unknown."""
+    if no_estimates and value is not None:
+        err.print("[red]error[/red] --no-estimates and --estimates both given; "
+                  "keep one (--no-estimates is --estimates none)")
+        raise typer.Exit(code=2)
+    if no_estimates:
+        return EstimateModel.NONE
+    try:
+        return parse_estimate_model(value if value is not None else EstimateModel.USER)
+    except ValueError as e:
+        err.print(f"[red]error[/red] --estimates: {e}")
+        raise typer.Exit(code=2) from e
 FailOpt = typer.Option(False, "--failures/--no-failures",
                        help="inject node and job failures (Llama 3 rates unless --gpu-mtbf-h)")
 MtbfOpt = typer.Option(LLAMA3_GPU_MTBF_H, "--gpu-mtbf-h", min=1.0, help="per-GPU MTBF, hours")
@@ -47,9 +103,12 @@ def _failure_model(on: bool, mtbf: float, lemons: float) -> FailureModel | None:
     return FailureModel(gpu_mtbf_h=mtbf, lemon_share=lemons) if on else None
 
 
-def _load(cluster: Path, trace: Path, fmt: str, columns: str | None) -> ReplayInput:
+def _load(cluster: Path, trace: Path, fmt: str, columns: str | None,
+          profiles: Path | None = None, round_s: float | None = None, per_job: bool = False,
+          elastic: bool = False) -> ReplayInput:
     try:
-        inp = load_input(cluster, trace, fmt, columns)
+        inp = load_input(cluster, trace, fmt, columns, profiles, elastic)
+        inp.round_s, inp.per_job = round_s, per_job
     except (SpecError, ValueError, OSError) as e:
         err.print(f"[red]error[/red] {e}")
         raise typer.Exit(code=2) from e
@@ -83,8 +142,8 @@ def _bursting(path: Path | None) -> BurstingSpec | None:
 
 
 def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
-         estimates: bool, failures: FailureModel | None = None,
-         bursting: BurstingSpec | None = None) -> SimResult:
+         estimates: EstimateModel, failures: FailureModel | None = None,
+         bursting: BurstingSpec | None = None, enforce_limits: bool | None = None) -> SimResult:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
@@ -92,7 +151,7 @@ def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
         try:
             result = replay(inp, policy, seed, quotas, estimates,
                             progress=lambda f: progress.update(task, completed=f),
-                            failures=failures, bursting=bursting)
+                            failures=failures, bursting=bursting, enforce_limits=enforce_limits)
         except ValueError as e:  # the bursting offers do not fit the cluster's pools
             err.print(f"[red]error[/red] --bursting: {e}")
             raise typer.Exit(code=2) from e
@@ -137,17 +196,21 @@ def simulate(
     columns: str | None = ColumnsOpt,
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", help="queue policy (grace policies)"),
     seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
-    html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+    html_out: Path | None = HtmlOpt, estimates: str | None = EstOpt,
+    no_estimates: bool = NoEstOpt, enforce_limits: bool | None = EnforceOpt,
     failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
     bursting: Path | None = BurstOpt,
+    profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
+    per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
 ) -> None:
     """Replay a job trace on a cluster with one policy; print a table, write JSON/HTML."""
     _check_policy(policy)
+    model = _estimates(estimates, no_estimates)
     burst = _bursting(bursting)
-    inp = _load(cluster, trace, fmt, columns)
+    inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     if no_departures:
         from grace.sim.packing import packing_experiment
 
@@ -156,8 +219,8 @@ def simulate(
         if json_out:
             _write_json(json_out, summary)
         return
-    result = _run(inp, policy, seed, _quotas(quotas, inp), estimates,
-                  _failure_model(failures, gpu_mtbf_h, lemon_share), burst)
+    result = _run(inp, policy, seed, _quotas(quotas, inp), model,
+                  _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits)
     console.print(_table({policy: result}))
     if json_out:
         _write_json(json_out, result.summary)
@@ -172,17 +235,21 @@ def compare(
     policies: str = typer.Option("fifo,easy-backfill,grace", "--policies",
                                  help="comma-separated policy names"),
     seed: int = SeedOpt, quotas: Path | None = QuotasOpt, json_out: Path | None = JsonOpt,
-    html_out: Path | None = HtmlOpt, estimates: bool = EstOpt,
+    html_out: Path | None = HtmlOpt, estimates: str | None = EstOpt,
+    no_estimates: bool = NoEstOpt, enforce_limits: bool | None = EnforceOpt,
     failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
+    profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
+    per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
 ) -> None:
     """Replay one trace under several policies and put them side by side."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
     for n in names:
         _check_policy(n)
-    inp = _load(cluster, trace, fmt, columns)
+    model = _estimates(estimates, no_estimates)
+    inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     q = _quotas(quotas, inp)
     fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
-    results = {n: _run(inp, n, seed, q, estimates, fm) for n in names}
+    results = {n: _run(inp, n, seed, q, model, fm, enforce_limits=enforce_limits) for n in names}
     console.print(_table(results))
     if json_out:
         _write_json(json_out, {n: r.summary for n, r in results.items()})

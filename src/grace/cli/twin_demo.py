@@ -39,13 +39,14 @@ def twin_demo(
 ) -> None:
     """Replay a real cluster trace under three policies and compare them (the twin)."""
     from grace.cli.simulate import _run, _table, _write_json
+    from grace.sim.estimates import EstimateModel
 
     inp = _input()
     console.print(f"[bold]Grace twin[/bold]: {inp.trace_path} on {inp.cluster_path} "
                   f"({inp.topo.total_gpus} GPUs, {len(inp.trace.jobs):,} jobs)")
     results = {}
     for name in [p.strip() for p in policies.split(",") if p.strip()]:
-        results[name] = _run(inp, name, 0, None, True)
+        results[name] = _run(inp, name, 0, None, EstimateModel.USER)
         s = results[name].summary
         console.print(f"  {name:14s} avg JCT {s['avg_jct_s'] / 3600:7.2f} h   "
                       f"p99 queue {s['p99_queue_s'] / 3600:7.2f} h   wall {s['wall_s']:.1f} s")

@@ -37,6 +37,9 @@ class PendingJob:
     allow_mixed: bool = False
     exclude_nodes: frozenset[int] = frozenset()
     attained_gpu_s: float = 0.0
+    # when the job entered its current attained-service level (core.replan orders a
+    # level's jobs by it); 0 for the first level
+    level_since_s: float = 0.0
     restarts: int = 0
     shape: tuple = field(default=())
     pools: tuple[str, ...] | None = None
@@ -96,6 +99,7 @@ class RunningJob:
     estimate_s: float | None = None
     limit_s: float | None = None
     attained_gpu_s: float = 0.0
+    level_since_s: float = 0.0
     job: PendingJob | None = None  # what to requeue if it is preempted or fails
 
     @property

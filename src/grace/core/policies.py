@@ -16,8 +16,20 @@ reads it; nothing else does.
 - ``las``: least attained service (Tiresias, NSDI'19): jobs that have used
   fewer GPU-seconds go first, in discretized levels; work-conserving; a
   waiting job may preempt a preemptible job of a higher level.
-- ``grace``: the default; priority, then least attained service level, then
-  smaller gangs first, with quotas, fair share, EASY backfill and preemption;
+- ``tiresias``: Tiresias' discretized two-queue LAS as the Pollux artifact's
+  simulator runs it (Gu et al., NSDI'19; Qiao et al., OSDI'21): a job enters
+  queue 0 and moves to queue 1 once it has attained 16 GPU-hours; every cycle
+  all active jobs, running or waiting, are taken in queue order (queue 0 by
+  submission, queue 1 by when each job entered it) and admitted greedily while
+  GPUs remain, skipping any that do not fit; running jobs outside the admitted
+  set are preempted, admitted waiting jobs start spread over the nodes with the
+  most free GPUs (``core.replan``). Meant to run in scheduling rounds.
+- ``grace``: the default; priority, then least attained service level (one
+  threshold, Tiresias' 16 GPU-hours: below it a job is new, above it a long
+  runner), then smaller gangs first, with quotas, fair share, EASY backfill and
+  preemption: for priority, to reclaim quota, and of a preemptible long runner
+  for a new job (preemptive LAS, which is what keeps short jobs' completion
+  times low when long ones hold the cluster; the victim checkpoints first);
   a gang that one leaf switch could hold waits for one rather than spanning two
   (the other policies take whatever GPUs are free, as Slurm does without
   ``--switches``); a job that fits one node goes where it loses the least
@@ -32,13 +44,16 @@ from dataclasses import dataclass
 
 #: Tiresias-style service levels, in GPU-seconds: <1 GPU-h, <8 GPU-h, <64 GPU-h, more.
 LAS_THRESHOLDS_GPU_S = (3600.0, 8 * 3600.0, 64 * 3600.0)
+#: Tiresias' one queue threshold in the Pollux artifact: 16 GPU-hours of attained service.
+TIRESIAS_THRESHOLDS_GPU_S = (16 * 3600.0,)
 
 
-def las_level(attained_gpu_s: float) -> int:
-    for level, bound in enumerate(LAS_THRESHOLDS_GPU_S):
+def las_level(attained_gpu_s: float,
+              thresholds: tuple[float, ...] = LAS_THRESHOLDS_GPU_S) -> int:
+    for level, bound in enumerate(thresholds):
         if attained_gpu_s < bound:
             return level
-    return len(LAS_THRESHOLDS_GPU_S)
+    return len(thresholds)
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,19 @@ class QueuePolicy:
     packing: str = "best-fit"
     backfill_depth: int = 500  # like Slurm's bf_max_job_test
     max_victims: int = 16
+    # attained-service levels ("las" in ``order``), in GPU-seconds
+    las_thresholds: tuple[float, ...] = LAS_THRESHOLDS_GPU_S
+    # re-plan every cycle from all active jobs (core.replan) instead of placing waiting
+    # jobs around running ones
+    replan: bool = False
+
+    def level(self, attained_gpu_s: float) -> int:
+        """The attained-service level a job is in under this policy."""
+        return las_level(attained_gpu_s, self.las_thresholds)
+
+    def level_floor(self, level: int) -> float:
+        """Attained GPU-seconds at which ``level`` begins."""
+        return self.las_thresholds[level - 1] if level > 0 else 0.0
 
     def static_key(self, priority: int, attained_gpu_s: float, gpus: float,
                    submit_s: float, job_id: int) -> tuple:
@@ -69,7 +97,7 @@ class QueuePolicy:
             if f == "priority":
                 parts.append(-priority)
             elif f == "las":
-                parts.append(las_level(attained_gpu_s))
+                parts.append(self.level(attained_gpu_s))
             elif f == "size":
                 parts.append(math.ceil(gpus))
             elif f == "submit":
@@ -78,8 +106,14 @@ class QueuePolicy:
         return tuple(parts)
 
     @property
+    def las_ordered(self) -> bool:
+        """Does attained service change what this policy decides?"""
+        return "las" in self.order or self.preempt_for_las or self.replan
+
+    @property
     def preempts(self) -> bool:
-        return self.preempt_for_priority or self.preempt_for_quota or self.preempt_for_las
+        return (self.preempt_for_priority or self.preempt_for_quota or self.preempt_for_las
+                or self.replan)
 
 
 POLICIES: dict[str, QueuePolicy] = {
@@ -90,6 +124,8 @@ POLICIES: dict[str, QueuePolicy] = {
         QueuePolicy("priority", ("priority", "submit"), backfill=True, quotas=True,
                     fair_share=True, preempt_for_priority=True, preempt_for_quota=True),
         QueuePolicy("las", ("las", "submit"), preempt_for_las=True),
+        QueuePolicy("tiresias", ("las", "submit"), las_thresholds=TIRESIAS_THRESHOLDS_GPU_S,
+                    replan=True),
         QueuePolicy("grace", ("priority", "las", "size", "submit"), backfill=True,
                     quotas=True, fair_share=True, preempt_for_priority=True,
                     preempt_for_quota=True, leaf_locality=True, packing="fragmentation"),

@@ -47,7 +47,6 @@ from grace.core.decisions import (
 )
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import place_slice, place_whole
-from grace.core.policies import las_level
 from grace.core.quotas import QuotaCheck, check_quota
 from grace.core.state import SchedulerState
 
@@ -79,6 +78,10 @@ class _Cycle:
 
 def decide(state: SchedulerState, now: float) -> DecideResult:
     """One scheduling cycle. See the module docstring for the algorithm."""
+    if state.policy.replan:
+        from grace.core.replan import decide_replan
+
+        return decide_replan(state, now)
     result = DecideResult()
     policy = state.policy
     fair = policy.fair_share
@@ -159,7 +162,7 @@ def _blocked_key(state: SchedulerState, job: PendingJob) -> tuple:
     """Jobs with equal keys fail alike. With preemption, who may be displaced depends on
     the tenant, priority and attained service too, not on the shape alone."""
     if state.policy.preempts:
-        return (job.shape, job.tenant, job.priority, las_level(job.attained_gpu_s))
+        return (job.shape, job.tenant, job.priority, state.policy.level(job.attained_gpu_s))
     return job.shape
 
 
@@ -409,7 +412,7 @@ def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
     could_outrank = policy.preempt_for_priority and min(state.preemptible_by_priority) < job.priority
     if not (could_reclaim or could_outrank or policy.preempt_for_las):
         return []
-    job_level = las_level(job.attained_gpu_s)
+    job_level = policy.level(job.attained_gpu_s)
     out: list[tuple[tuple, RunningJob, PreemptReason]] = []
     for run in state.running.values():
         if not run.preemptible or run.id in cycle.freed or not models.intersection(run.models):
@@ -422,7 +425,7 @@ def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
             reason = PreemptReason.PRIORITY
         elif policy.preempt_for_las:
             attained = run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s)
-            if las_level(attained) > job_level:
+            if policy.level(attained) > job_level:
                 reason = PreemptReason.LEAST_ATTAINED_SERVICE
         if reason is not None:
             out.append(((run.priority, -run.start_s, run.id), run, reason))

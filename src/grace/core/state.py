@@ -137,7 +137,8 @@ class SchedulerState:
             id=job.id, tenant=job.tenant, placement=placement, start_s=now,
             gpu_equivalents=job.gpu_equivalents, models=job.models, priority=job.priority,
             preemptible=job.preemptible, borrowing=borrowing, estimate_s=job.estimate_s,
-            limit_s=job.limit_s, attained_gpu_s=job.attained_gpu_s, job=job,
+            limit_s=job.limit_s, attained_gpu_s=job.attained_gpu_s,
+            level_since_s=job.level_since_s, job=job,
         )
         self.running[job.id] = run
         if run.preemptible:
@@ -166,14 +167,28 @@ class SchedulerState:
         if run.limit_s:
             i = bisect.bisect_left(self.deadlines, (run.deadline_s, run.id))
             del self.deadlines[i]
+        run.level_since_s = self.level_since(run, now)
         run.attained_gpu_s += run.gpu_equivalents * max(0.0, now - run.start_s)
         return run
+
+    def level_since(self, run: RunningJob, now: float) -> float:
+        """When ``run`` entered the attained-service level it is in at ``now``: the instant
+        its service crossed the level's floor, if that happened during this run."""
+        policy = self.policy
+        before = policy.level(run.attained_gpu_s)
+        attained = run.attained_gpu_s + run.gpu_equivalents * max(0.0, now - run.start_s)
+        after = policy.level(attained)
+        if after == before or run.gpu_equivalents <= 0:
+            return run.level_since_s
+        floor = policy.level_floor(after)
+        return run.start_s + (floor - run.attained_gpu_s) / run.gpu_equivalents
 
     def requeue(self, run: RunningJob) -> PendingJob:
         """Put a preempted or failed job back in the queue, keeping its attained service."""
         job = run.job
         assert job is not None, "requeue needs the job the run started from"
         job.attained_gpu_s = run.attained_gpu_s
+        job.level_since_s = run.level_since_s
         job.restarts += 1
         self.submit(job)
         return job

@@ -37,6 +37,7 @@ from grace.cost.tco import cloud_terms
 from grace.cost.workload import Workload
 from grace.sim.bursting import pool_kinds_of
 from grace.sim.engine import SimConfig, Simulation
+from grace.sim.estimates import EstimateModel
 from grace.sim.traces import synthetic
 from grace.spec.bursting import BurstingSpec, OfferKind, OfferSpec
 from grace.spec.cluster import ClusterSpec
@@ -125,8 +126,13 @@ def run_hybrid_twin(w: Workload, book: PriceBook, seed: int = 0, window_days: fl
                                              max_jobs))
     trace = synthetic.generate(n_jobs, seed, owned, load)
     topo = Topology.from_spec(cluster)
+    # users' time limits, as a live cluster would see them: the spot rule, the expected
+    # cost and the wait budget of bursting read them, never the true durations. They are
+    # not enforced: the plan prices the workload's GPU-hours, and a job killed at its limit
+    # would be resubmitted, not dropped from the bill
     config = SimConfig(policy=get_policy("grace"), seed=seed, bursting=bursting,
-                       pool_kinds=pool_kinds_of(cluster))
+                       pool_kinds=pool_kinds_of(cluster), estimates=EstimateModel.USER,
+                       enforce_limits=False)
     result = Simulation(topo, trace.jobs, config).run()
     s = result.summary
     work_h = sum(j.gpus * j.duration_s for j in trace.jobs) / 3600.0

@@ -39,10 +39,13 @@ from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
 from grace.sim.bursting import CountRentedGpus, PreemptSpot, TwinCloud, TwinEffect, WakeAt
+from grace.sim.estimates import EstimateModel, declare, model_label
 from grace.sim.events import EventKind, EventQueue
 from grace.sim.failures import FailureModel, NodeFailure, draw_failures
+from grace.sim.goodput.model import GoodputModel, GoodputRun
 from grace.sim.metrics import MetricsRecorder, SimResult
 from grace.sim.runtime_model import RuntimeModel
+from grace.sim.traces._common import classify
 from grace.sim.traces.model import TraceJob
 from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import PoolKind
@@ -72,6 +75,7 @@ class SimJob:
     stalled: int = 0  # failures in a row without a new checkpoint
     lost_gpu_s: float = 0.0  # restarts and recomputed work
     checkpoint_gpu_s: float = 0.0
+    goodput: GoodputRun | None = None  # a job the goodput runtime model plays (sim.goodput)
 
 
 @dataclass
@@ -81,7 +85,11 @@ class SimConfig:
     policy: QueuePolicy
     quotas: dict[str, TenantQuota] = field(default_factory=dict)
     seed: int = 0
-    use_estimates: bool = True  # give the scheduler each job's true duration as its estimate
+    # what the scheduler is told about each job's length (sim.estimates): by default the
+    # time limit its user asked for, which also ends it (``timeout``) unless enforce_limits
+    # is off; ``exact`` is the oracle of true durations, ``none`` tells nothing
+    estimates: EstimateModel = EstimateModel.USER
+    enforce_limits: bool = True
     restart_overhead_s: float = 0.0
     failures: FailureModel | None = None
     restart_policy: RestartPolicy = field(
@@ -90,6 +98,10 @@ class SimConfig:
     health_table: HealthTable | None = None  # None: the default table (core.health)
     bursting: BurstingSpec | None = None  # cloud pools rented on demand (sim.bursting)
     pool_kinds: dict[str, PoolKind] = field(default_factory=dict)  # pool -> kind, for routing
+    # scheduling rounds: arrivals and freed GPUs are acted on at multiples of round_s, and
+    # every round while jobs wait (a policy may change its mind as service accrues)
+    round_s: float | None = None
+    goodput: GoodputModel | None = None  # profiles for jobs that name an application
 
 
 class TraceCompiler:
@@ -100,9 +112,13 @@ class TraceCompiler:
     slice with at least that share of compute on a MIG cluster.
     """
 
-    def __init__(self, topo: Topology, use_estimates: bool, single_node: bool = False) -> None:
+    def __init__(self, topo: Topology, estimates: EstimateModel = EstimateModel.NONE,
+                 single_node: bool = False, seed: int = 0, enforce_limits: bool = True) -> None:
         self.topo = topo
-        self.use_estimates = use_estimates
+        self.estimates = estimates
+        self.seed = seed  # the user model's draws are keyed by the run's seed and the job
+        self.enforce_limits = enforce_limits
+        self.limits_from_trace = 0  # jobs compiled whose limit the trace gave
         self.single_node = single_node  # a pod cannot span nodes (Kubernetes)
         self.models = sorted(topo.gpu_models, key=lambda m: (topo.catalog[m].usd_per_hour, m))
         self.shareable = topo.shareable_models
@@ -131,10 +147,14 @@ class TraceCompiler:
             whole = WholeRequest(tj.gpus, tj.gpus if self.single_node else None)
         if not models:
             return None
+        said = declare(self.estimates, tj, self.seed, self.enforce_limits)
+        self.limits_from_trace += said.from_trace
+        # a class the trace does not declare is guessed from what the submitter declared
+        wclass = tj.workload_class or classify(tj.gpus, said.estimate_s, tj.name)
         return PendingJob(
             id=JobId(job_id), tenant=tj.tenant, submit_s=tj.submit_s, whole=whole, slices=slices,
-            models=models, priority=tj.priority, workload_class=tj.workload_class,
-            estimate_s=tj.duration_s if self.use_estimates else None,
+            models=models, priority=tj.priority, workload_class=wclass,
+            estimate_s=said.estimate_s, limit_s=said.limit_s,
             preemptible=tj.preemptible, exclude_nodes=exclude,
             cpu_milli=tj.cpu_milli, memory_mib=tj.memory_mib,
         )
@@ -165,14 +185,16 @@ class Simulation:
         self._compile(jobs)
         if config.failures is not None:
             self.health = HealthMonitor([n.name for n in topo.nodes], config.health_table)
-            horizon = config.until_s or self._failure_horizon(jobs)
+            horizon = config.until_s or self._failure_horizon()
             failures, self.lemons = draw_failures(topo, config.failures, horizon, config.seed)
             for f in failures:
                 self.events.push(f.at_s, EventKind.NODE_FAIL, f)
 
     # ----------------------------------------------------------------- setup
     def _compile(self, jobs: list[TraceJob]) -> None:
-        compiler = TraceCompiler(self.topo, self.config.use_estimates)
+        c = self.config
+        compiler = TraceCompiler(self.topo, c.estimates, seed=c.seed,
+                                 enforce_limits=c.enforce_limits)
         for i, tj in enumerate(jobs):
             pj = compiler.compile(tj, i)
             if pj is None:
@@ -180,14 +202,23 @@ class Simulation:
                 continue
             if self.cloud is not None:
                 pj = pj.reshaped(pools=self.cloud.route(pj))
-            self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
+            job = self.jobs[pj.id] = SimJob(tj, pj, tj.duration_s)
+            if tj.application is not None:
+                if self.config.goodput is None:
+                    raise ValueError(f"job {tj.job_id} names application {tj.application!r}; "
+                                     "replaying it needs the profiles (--profiles app-profiles/)")
+                job.goodput = self.config.goodput.job(tj)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
+        #: the summary's ``estimates``: the model, and for ``user`` where the limits came from
+        self.estimates_label = model_label(c.estimates, compiler.limits_from_trace, len(self.jobs))
 
-    @staticmethod
-    def _failure_horizon(jobs: list[TraceJob]) -> float:
-        """Failures are drawn over twice the span of the trace: long enough to cover the
-        tail of queued work, and nodes keep failing only while jobs remain."""
-        end = max((j.submit_s + j.duration_s for j in jobs), default=0.0)
+    def _failure_horizon(self) -> float:
+        """Failures are drawn over twice the span of the trace as declared (submissions
+        plus the estimates the scheduler was given): long enough to cover the tail of
+        queued work, and nodes keep failing only while jobs remain. Never the true
+        durations: the failure draws would then depend on them."""
+        end = max((j.pending.submit_s + (j.pending.estimate_s or j.pending.limit_s or 0.0)
+                   for j in self.jobs.values()), default=0.0)
         return 2.0 * end + 86_400.0
 
     # ----------------------------------------------------------------- loop
@@ -200,6 +231,8 @@ class Simulation:
         horizon = until or max((j.trace.submit_s for j in self.jobs.values()), default=0.0)
         n_events = 0
         last_progress = 0.0
+        round_s = self.config.round_s
+        next_tick = -1.0
         while len(events):
             now = events.peek_time()
             assert now is not None
@@ -225,6 +258,14 @@ class Simulation:
                 elif kind == EventKind.NODE_RETURN:
                     node, level = payload
                     self._diagnostic_done(node, level, now)
+            if round_s is not None:
+                tick = math.ceil(now / round_s - 1e-9) * round_s
+                if tick > now:  # act on it at the round's end
+                    if next_tick != tick:
+                        next_tick = tick
+                        events.push(tick, EventKind.WAKE)
+                    metrics.after_cycle(now, state)
+                    continue
             if self.cloud is not None:
                 self._apply_cloud_effects(self.cloud.due(now, self.node_jobs), now)
             result = decide(state, now)
@@ -233,6 +274,10 @@ class Simulation:
             if self.cloud is not None:
                 self._apply_cloud_effects(
                     self.cloud.after_cycle(state, now, result, self.node_jobs), now)
+            # tick on while jobs wait beside running ones: their service changes the order
+            if round_s is not None and state.pending and state.running and next_tick <= now:
+                next_tick = now + round_s
+                events.push(next_tick, EventKind.WAKE)
             metrics.after_cycle(now, state)
             if self.progress and now - last_progress > horizon / 200:
                 last_progress = now
@@ -275,6 +320,10 @@ class Simulation:
 
     def _bank(self, job: SimJob, now: float, complete: bool, partial: bool = False) -> float:
         """Credit the work this attempt committed by ``now``; returns GPU-seconds lost."""
+        if job.goodput is not None:
+            assert self.config.goodput is not None
+            return self.config.goodput.bank(job.goodput, job.trace, job, now - job.start_s,
+                                            complete, failed=not (complete or partial))
         restart, speed, tau, delta = job.plan
         gpus = job.pending.gpu_equivalents
         elapsed = max(0.0, now - job.start_s)
@@ -372,11 +421,17 @@ class Simulation:
         job.attempt += 1
         job.outcome = "pending"
         job.pending = decision.job
-        if job.pending.estimate_s is not None:
-            job.pending.estimate_s = job.remaining_base_s
+        self._requeue_estimate(job)
         job.pending.attained_gpu_s = run.attained_gpu_s
         self.state.submit(job.pending)
         self.metrics.restarts += 1
+
+    def _requeue_estimate(self, job: SimJob) -> None:
+        """A requeued job's estimate for its next attempt. Only the ``exact`` oracle knows
+        the remaining work; a user's limit stays the job's limit (Slurm keeps ``--time``
+        for the new attempt), and no estimate stays none."""
+        if self.config.estimates is EstimateModel.EXACT and job.pending.estimate_s is not None:
+            job.pending.estimate_s = job.remaining_base_s
 
     def _apply(self, result: DecideResult, now: float) -> None:
         state = self.state
@@ -393,8 +448,7 @@ class Simulation:
             job.attempt += 1
             job.preemptions += 1
             job.outcome = "pending"
-            if job.pending.estimate_s is not None:
-                job.pending.estimate_s = job.remaining_base_s
+            self._requeue_estimate(job)
             state.requeue(run)
             self.metrics.preemptions += 1
         topo = self.topo
@@ -405,9 +459,13 @@ class Simulation:
             job.placed_nodes = tuple(nodes)
             for n in nodes:
                 self.node_jobs.setdefault(n, set()).add(job.pending.id)
-            slowdown = self.model.run_time(topo, s.placement, 1.0)
-            job.plan = self._plan(job, slowdown)
-            job.run_s = self._attempt_wall(job.remaining_base_s, job.plan)
+            if job.goodput is not None:
+                assert self.config.goodput is not None
+                job.run_s = self.config.goodput.start(job.goodput, topo, s.placement)
+            else:
+                slowdown = self.model.run_time(topo, s.placement, 1.0)
+                job.plan = self._plan(job, slowdown)
+                job.run_s = self._attempt_wall(job.remaining_base_s, job.plan)
             job.start_s = now
             job.outcome = "running"
             if math.isnan(job.first_start_s):

@@ -23,6 +23,7 @@ from grace.core.policies import get_policy
 from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.sim.engine import TraceCompiler
+from grace.sim.estimates import EstimateModel
 from grace.sim.runner import ReplayInput
 
 #: reference allocation rates at 100% arrived, openb_pod_list_default, mean of 10 seeds
@@ -39,7 +40,7 @@ def packing_experiment(inp: ReplayInput, policy: str, seed: int,
     # allocated (and its host CPU as used) while it waits in the queue again
     state = SchedulerState(topo, replace(get_policy(policy), preempt_for_priority=False,
                                          preempt_for_quota=False, preempt_for_las=False))
-    compiler = TraceCompiler(topo, use_estimates=False, single_node=True)
+    compiler = TraceCompiler(topo, EstimateModel.NONE, single_node=True)
     pods = inp.trace.jobs
     rng = np.random.default_rng(seed)
     total = float(topo.total_gpus)

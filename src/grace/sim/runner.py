@@ -6,6 +6,7 @@ the same thing.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,11 @@ from grace.core.policies import get_policy
 from grace.core.quotas import TenantQuota
 from grace.core.topology import Topology
 from grace.sim.engine import SimConfig, Simulation
+from grace.sim.estimates import EstimateModel, parse_estimate_model
 from grace.sim.failures import FailureModel
+from grace.sim.goodput.model import GoodputModel
+from grace.sim.goodput.profiles import AppProfile
+from grace.sim.goodput.progress import GoodputClock
 from grace.sim.metrics import SimResult
 from grace.sim.traces.model import Trace
 from grace.spec.bursting import BurstingSpec
@@ -27,18 +32,38 @@ class ReplayInput:
     trace: Trace
     cluster_path: str
     trace_path: str
+    # training profiles for jobs the goodput runtime model plays (--format pollux)
+    profiles: dict[str, AppProfile] | None = None
+    round_s: float | None = None  # scheduling rounds (--round-s); None: every event
+    per_job: bool = False  # add per_job (trace job name -> JCT s) to the summary
 
 
 def replay(inp: ReplayInput, policy: str, seed: int = 0,
-           quotas: dict[str, TenantQuota] | None = None, use_estimates: bool = True,
+           quotas: dict[str, TenantQuota] | None = None,
+           estimates: EstimateModel | str = EstimateModel.USER,
            progress: Callable[[float], None] | None = None,
            failures: FailureModel | None = None,
-           bursting: BurstingSpec | None = None) -> SimResult:
-    """Run one policy over the trace; the summary carries the inputs it assumed."""
+           bursting: BurstingSpec | None = None,
+           enforce_limits: bool | None = None) -> SimResult:
+    """Run one policy over the trace; the summary carries the inputs it assumed.
+
+    ``estimates`` is what the scheduler is told about job lengths (``sim.estimates``):
+    users' time limits by default, enforced unless ``enforce_limits`` is False. None:
+    enforced, except on profiled training jobs (Pollux's workloads): the published
+    simulator they are compared with never ends a job at a limit."""
     t0 = time.perf_counter()
+    if isinstance(estimates, bool):  # the old use_estimates flag: say what replaced it
+        raise TypeError("replay(estimates=...) takes an EstimateModel (exact, none, user), "
+                        f"not {estimates!r}; True was 'exact', False 'none'")
+    if enforce_limits is None:
+        enforce_limits = inp.profiles is None
+    goodput = None if inp.profiles is None else GoodputModel(
+        inp.profiles, GoodputClock(round_s=inp.round_s))
     config = SimConfig(policy=get_policy(policy), quotas=quotas or {}, seed=seed,
-                       use_estimates=use_estimates, failures=failures, bursting=bursting,
-                       pool_kinds=_pool_kinds(inp, bursting) if bursting is not None else {})
+                       estimates=parse_estimate_model(estimates), enforce_limits=enforce_limits,
+                       failures=failures, bursting=bursting,
+                       pool_kinds=_pool_kinds(inp, bursting) if bursting is not None else {},
+                       round_s=inp.round_s, goodput=goodput)
     sim = Simulation(inp.topo, inp.trace.jobs, config, progress=progress)
     horizon = max((j.submit_s for j in inp.trace.jobs), default=0.0)
     sim.metrics.set_horizon(max(horizon, 1.0))
@@ -55,7 +80,8 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
         "cluster_gpus": inp.topo.total_gpus,
         "trace": inp.trace_path,
         "seed": seed,
-        "estimates": "exact" if use_estimates else "none",
+        "estimates": sim.estimates_label,
+        "limits_enforced": config.estimates is EstimateModel.USER and enforce_limits,
         "failures": None if failures is None else {
             "gpu_mtbf_h": failures.gpu_mtbf_h, "restart_s": failures.restart_s,
             "checkpoint_s": failures.checkpoint_s, "repair_s": failures.repair_s,
@@ -65,6 +91,11 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
             "enabled": bursting.enabled, "queue_wait_threshold_s": bursting.queue_wait_threshold_s,
             "offers": [o.name for o in bursting.offers]},
     }
+    if inp.round_s is not None:
+        header["round_s"] = inp.round_s
+    if inp.per_job:
+        s["per_job"] = {j.trace.job_id: j.end_s - j.trace.submit_s
+                        for j in sim.jobs.values() if not math.isnan(j.end_s)}
     result.summary = header | s
     result.summary["tenants"] = result.tenants
     return result
@@ -83,10 +114,23 @@ def _pool_kinds(inp: ReplayInput, bursting: BurstingSpec) -> dict:
     return pool_kinds_of(cluster)
 
 
-def load_input(cluster: Path, trace: Path, fmt: str, columns: str | None) -> ReplayInput:
+def load_input(cluster: Path, trace: Path, fmt: str, columns: str | None,
+               profiles: Path | None = None, elastic: bool = False) -> ReplayInput:
     from grace.sim.clusters import load_topology
     from grace.sim.traces import load_trace
 
     topo = load_topology(cluster, fmt)
+    if fmt.strip().lower() == "pollux":
+        from grace.sim.goodput.profiles import load_profiles
+        from grace.sim.traces.pollux import load_pollux
+
+        if profiles is None:
+            raise ValueError("--format pollux needs --profiles: the app-profiles/ folder of "
+                             "throughput and efficiency measurements beside the workloads")
+        apps = load_profiles(profiles)
+        return ReplayInput(topo, load_pollux(trace, apps, elastic=elastic), str(cluster),
+                           str(trace), profiles=apps)
+    if profiles is not None:
+        raise ValueError(f"--profiles only applies to --format pollux, not {fmt!r}; drop it")
     tr = load_trace(trace, fmt, columns)
     return ReplayInput(topo, tr, str(cluster), str(trace))

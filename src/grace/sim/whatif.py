@@ -23,6 +23,7 @@ from grace.core.checkpoint import LLAMA3_GPU_MTBF_H, choose_interval, expected_e
 from grace.core.policies import get_policy
 from grace.core.topology import Topology
 from grace.sim.engine import SimConfig, Simulation
+from grace.sim.estimates import EstimateModel
 from grace.sim.failures import FailureModel
 from grace.sim.traces.model import TraceJob
 from grace.spec.loader import parse_cluster
@@ -62,7 +63,7 @@ def _one(inp: WhatIfInput, topo: Topology, interval_s: float | None, seed: int) 
                          restart_s=inp.restart_s, checkpoint_s=inp.checkpoint_s,
                          checkpoint_interval_s=interval_s)
     job = TraceJob("whatif", 0.0, horizon * 10, inp.gpus, preemptible=False)
-    config = SimConfig(policy=get_policy("grace"), seed=seed, use_estimates=False,
+    config = SimConfig(policy=get_policy("grace"), seed=seed, estimates=EstimateModel.NONE,
                        failures=model, until_s=horizon)
     sim = Simulation(topo, [job], config)
     sim.metrics.set_horizon(horizon)

@@ -20,6 +20,7 @@ from grace.control.store.models import Job, JobState
 from grace.core.health import IN_SERVICE, NodeState
 from grace.core.jobs import JobCompileError, JobId, PendingJob
 from grace.core.quotas import TenantQuota
+from grace.core.service import attained_from_attempts
 from grace.core.state import SchedulerState
 
 #: Core counts preemptions per tenant over the last hour (``SchedulerState``).
@@ -89,12 +90,24 @@ class ViewBuilder:
                 if pj is not None:
                     pending[JobId(job.id)] = pj
                     reasons[job.id] = job.reason
+            self._with_service(s, [e[0] for e in running + ending] + list(pending.values()))
             self._catch_up(s, now)
             state = build_state(self.ctx.topo, self.ctx.policy, quotas(s), running,
                                 list(pending.values()), unusable, ending,
                                 repo.recent_preemptions(s, now - PREEMPTION_WINDOW_S),
                                 self.demand.demand if self.demand else None)
         return CycleView(state, pending, reasons, failed, unplaceable)
+
+    def _with_service(self, s: Session, jobs: list[PendingJob]) -> None:
+        """Give requeued jobs the service their ended attempts attained, as the twin's
+        state keeps it (least-attained-service policies order and preempt by it)."""
+        if not self.ctx.policy.las_ordered:
+            return
+        spans = repo.ended_attempt_spans(s, [j.id for j in jobs])
+        for j in jobs:
+            if j.id in spans:
+                j.attained_gpu_s, j.level_since_s = attained_from_attempts(
+                    self.ctx.policy, spans[j.id])
 
     def _catch_up(self, s: Session, now: float) -> None:
         """Count jobs submitted since the last cycle in the packer's request mix."""

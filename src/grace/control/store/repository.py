@@ -441,6 +441,23 @@ def _attempt_outcome(attempt: Attempt) -> dict[str, Any]:
             "detail": attempt.detail}
 
 
+def ended_attempt_spans(session: Session,
+                        job_ids: Iterable[int]) -> dict[int, list[tuple[float, float, float]]]:
+    """Per job, its ended attempts as (started, ended, GPUs), oldest first: the service it
+    has attained (core.service)."""
+    ids = list(job_ids)
+    out: dict[int, list[tuple[float, float, float]]] = {}
+    if not ids:
+        return out
+    rows = session.execute(
+        select(Attempt.job_id, Attempt.started_at, Attempt.ended_at, Attempt.gpus)
+        .where(Attempt.job_id.in_(ids), Attempt.ended_at.is_not(None))
+        .order_by(Attempt.job_id, Attempt.number))
+    for job_id, started, ended, gpus in rows:
+        out.setdefault(job_id, []).append((started, ended or 0.0, gpus))
+    return out
+
+
 def running_attempts(session: Session) -> list[Attempt]:
     """Every live (starting or running) attempt with its job: what to adopt after a restart."""
     return list(session.scalars(select(Attempt).where(Attempt.state.in_(list(LIVE_ATTEMPT_STATES)))

@@ -43,6 +43,9 @@ def load_trace(path: Path | str, fmt: str, columns: dict[str, str] | str | None 
                 "format 'csv' needs a column map, e.g. submit=Submit,duration=Elapsed,gpus=NGPU"
             )
         return load_csv(path, parse_column_map(columns) if isinstance(columns, str) else columns)
+    if key == "pollux":
+        raise ValueError("format 'pollux' also needs the app profiles: use "
+                         "grace.sim.runner.load_input(..., profiles=...) or load_pollux")
     if key not in _LOADERS:
         raise ValueError(f"unknown trace format {fmt!r}; known formats are {list(FORMATS)}")
     if columns is not None:

@@ -154,6 +154,46 @@ def duration_s(text: str, scale: float = 1.0, *, elapsed: bool = False) -> float
     return positive_duration(value)
 
 
+# Slurm time limits: D-HH[:MM[:SS]], HH:MM:SS or MM:SS (sacct Timelimit, sbatch --time)
+_SLURM_LIMIT = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+):(\d+)(?::(\d+))?)$")
+#: Slurm's words for "no limit of the job's own": UNLIMITED is none at all; Partition_Limit is the
+#: partition's, which the log does not say (the user model then draws one).
+_UNLIMITED = {"unlimited", "infinite", "inf"}
+_NOT_SAID = {"", "partition_limit", "none"}
+
+
+def time_limit_s(text: str, scale: float, column: str) -> float | None:
+    """A requested time limit in seconds; ``math.inf`` for UNLIMITED; None when not said.
+
+    Accepts a number (x ``scale``, the loader's time unit) or Slurm's ``[D-]HH:MM:SS``,
+    ``D-HH[:MM]``, ``MM:SS``. A bad value is a RowError whose reason names ``column`` and
+    the forms it takes, so the report says which column to fix."""
+    t = text.strip()
+    low = t.lower()
+    if low in _NOT_SAID:
+        return None
+    if low in _UNLIMITED:
+        return math.inf
+    m = _SLURM_LIMIT.match(t)
+    if m:
+        d, dh, dm, ds, h_or_m, m_or_s, s3 = m.groups()
+        if d is not None:
+            value = int(d) * DAY + int(dh) * HOUR + int(dm or 0) * 60 + int(ds or 0)
+        elif s3 is not None:
+            value = int(h_or_m) * HOUR + int(m_or_s) * 60 + int(s3)
+        else:
+            value = int(h_or_m) * 60 + int(m_or_s)
+    else:
+        try:
+            value = float(t) * scale
+        except ValueError:
+            value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise RowError(f"bad time limit in column {column!r} (give seconds, [D-]HH:MM:SS, "
+                       "MM:SS or UNLIMITED)")
+    return value
+
+
 def positive_duration(value: float) -> float:
     """``value`` if above zero; 'negative duration' / 'zero duration' otherwise."""
     if value < 0:
@@ -198,18 +238,41 @@ def timestamp_s(text: str) -> float:
     return (dt - _EPOCH).total_seconds()
 
 
-def classify(gpus: int, duration: float) -> WorkloadClass:
-    """Guess a workload class from size and length alone (traces carry no intent).
+#: Job-name patterns that say what a job is, checked in this order (first match wins).
+_NAME_CLASSES: tuple[tuple[re.Pattern[str], WorkloadClass], ...] = (
+    (re.compile(r"fine[-_ ]?tun|\bsft\b|lora|(^|[-_])ft([-_]|$)", re.I), WorkloadClass.FINE_TUNE),
+    (re.compile(r"sweep|hpo|hparam|hyper[-_]?param|(^|[-_])trial[-_]?\d|grid[-_]?search", re.I),
+     WorkloadClass.SWEEP),
+    (re.compile(r"pre[-_]?train", re.I), WorkloadClass.FULL_RUN),
+    (re.compile(r"debug|smoke|probe|notebook|jupyter|interactive", re.I), WorkloadClass.EXPERIMENT),
+)
 
-    - full-run: >= 8 GPUs for >= 1 day (a large pre-training style run);
-    - fine-tune: >= 1 hour otherwise (long enough to be real training, not a probe);
-    - experiment: everything shorter than an hour.
+
+def classify(gpus: int, limit_s: float | None, name: str | None = None) -> WorkloadClass:
+    """Guess a workload class from what a submitter declares: name, size and requested limit.
+
+    Never from the true duration: a live scheduler learns that only when the job ends, so
+    a class guessed from it would route and bill a job on knowledge nobody had. In order:
+
+    - a name that says it (``finetune``/``sft``/``lora``, ``sweep``/``hpo``/``trial-3``,
+      ``pretrain``, ``debug``/``notebook``...);
+    - full-run: >= 8 GPUs asking for >= 1 day (a large pre-training style run);
+    - fine-tune: asking for >= 1 hour otherwise (long enough to be real training);
+    - experiment: asking for less than an hour;
+    - no limit declared: full-run for >= 8 GPUs (the class kept off spot capacity),
+      experiment otherwise.
 
     Sweeps need arrival context, not one row: see :func:`mark_sweeps`.
     """
-    if gpus >= 8 and duration >= DAY:
+    if name:
+        for pattern, wclass in _NAME_CLASSES:
+            if pattern.search(name):
+                return wclass
+    if limit_s is None:
+        return WorkloadClass.FULL_RUN if gpus >= 8 else WorkloadClass.EXPERIMENT
+    if gpus >= 8 and limit_s >= DAY:
         return WorkloadClass.FULL_RUN
-    if duration >= HOUR:
+    if limit_s >= HOUR:
         return WorkloadClass.FINE_TUNE
     return WorkloadClass.EXPERIMENT
 
@@ -217,12 +280,15 @@ def classify(gpus: int, duration: float) -> WorkloadClass:
 def mark_sweeps(
     pending: list[dict[str, Any]], *, window_s: float = 60.0, min_jobs: int = 5
 ) -> None:
-    """Relabel bursts of single-GPU jobs from one tenant as sweeps, in place.
+    """Label single-GPU jobs of one tenant's arrival bursts as sweeps, in place.
 
-    A hyper-parameter sweep shows up in a log as many 1-GPU jobs one tenant
-    submits within seconds of each other. A burst here is a run of such jobs
-    whose consecutive submissions are at most ``window_s`` apart; bursts of at
-    least ``min_jobs`` become ``sweep`` (full-runs are never relabelled).
+    A hyper-parameter sweep shows up in a log as many 1-GPU jobs one tenant submits
+    within seconds of each other. A burst is a run of such jobs whose consecutive
+    submissions are at most ``window_s`` apart. A job is a ``sweep`` once the burst, up
+    to its own arrival (jobs submitted before it or at the same instant), holds at least
+    ``min_jobs`` jobs: the label uses only arrivals a scheduler has seen when the job
+    arrives, never the jobs that follow it (so a burst's first few jobs keep their own
+    class). Jobs whose class the trace declared (not None) keep it.
     """
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     for job in pending:
@@ -231,12 +297,18 @@ def mark_sweeps(
     for jobs in by_tenant.values():
         jobs.sort(key=lambda j: j["submit_s"])
         start = 0
-        for i in range(1, len(jobs) + 1):
-            if i == len(jobs) or jobs[i]["submit_s"] - jobs[i - 1]["submit_s"] > window_s:
-                if i - start >= min_jobs:
-                    for j in jobs[start:i]:
-                        j["workload_class"] = WorkloadClass.SWEEP
+        i = 0
+        while i < len(jobs):
+            if i and jobs[i]["submit_s"] - jobs[i - 1]["submit_s"] > window_s:
                 start = i
+            same = i  # jobs submitted at this instant have all arrived by it
+            while same + 1 < len(jobs) and jobs[same + 1]["submit_s"] == jobs[i]["submit_s"]:
+                same += 1
+            if same + 1 - start >= min_jobs:
+                for j in jobs[i:same + 1]:
+                    if j.get("workload_class") is None:
+                        j["workload_class"] = WorkloadClass.SWEEP
+            i = same + 1
 
 
 def finish(pending: list[dict[str, Any]], report: LoadReport) -> Trace:

@@ -13,7 +13,7 @@ Chronus itself drops ``num_gpu == 0`` rows; here they are skipped as "zero
 GPUs". ``best_effort == 1`` jobs have no deadline: they become preemptible
 ``experiment`` jobs with priority 0. Deadline jobs are not preemptible;
 ``strict`` ones get priority 2, ``soft`` ones 1, and their workload class is
-guessed from size and length as for Philly.
+guessed at replay time from size and requested limit, as for Philly.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 from grace.sim.traces._common import (
     RowError,
-    classify,
     csv_table,
     duration_s,
     field,
@@ -62,10 +61,11 @@ def load_chronus(path: Path | str, time_unit: str = "min") -> Trace:
             except RowError as e:
                 report.skip(e.reason)
                 continue
+            wclass: WorkloadClass | None
             if best_effort:
                 wclass, priority, preemptible = WorkloadClass.EXPERIMENT, 0, True
             else:
-                wclass = classify(gpus, duration)
+                wclass = None  # guessed at replay time from size and requested limit
                 priority, preemptible = _DEADLINE_PRIORITY.get(job_type, 1), False
             pending.append({
                 "job_id": f"chronus-{unique_id(raw_id, seen)}",

@@ -4,7 +4,7 @@ Sites keep their own logs (Slurm ``sacct``, a scheduler's database dump), so
 rather than one loader per site this one takes a column map:
 ``submit=Submit,duration=Elapsed,gpus=NGPU,tenant=Account`` (see
 :func:`parse_column_map`). Roles: ``submit``, ``duration`` and ``gpus`` are
-required; ``tenant`` and ``id`` are optional.
+required; ``tenant``, ``id``, ``limit`` and ``name`` are optional.
 
 Values it understands:
 
@@ -15,11 +15,19 @@ Values it understands:
 - duration: a number (× ``time_unit``) or Slurm Elapsed ``[D-][HH:]MM:SS``.
 - gpus: a whole number, or a Slurm TRES string such as
   ``billing=8,cpu=8,gres/gpu=2,mem=64G`` (the ``gres/gpu`` count is used).
+- limit: the time limit the user asked for (sacct ``Timelimit``): a number
+  (× ``time_unit``), Slurm ``[D-]HH:MM:SS``, ``D-HH[:MM]`` or ``MM:SS``,
+  ``UNLIMITED`` (no limit); blank or ``Partition_Limit`` leaves it unsaid (the
+  user model draws one). With ``--estimates user`` it is the job's estimate and
+  enforced limit. A bad value skips the row, the reason naming the column.
+- name: the job name (sacct ``JobName``); names such as ``finetune-...``,
+  ``sweep-...`` or ``pretrain-...`` decide the workload class.
 
 The delimiter is guessed from the header (``,``, ``|`` as in
 ``sacct --parsable2``, tab or ``;``). Use ``sacct -X`` so job steps do not
-appear as extra jobs. Workload classes are guessed as for Philly, with
-sweeps detected when a tenant column is given.
+appear as extra jobs. Workload classes are guessed at replay time from name,
+size and requested limit (``classify``), with sweeps detected from arrival
+bursts when a tenant column is given.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ from typing import Any
 
 from grace.sim.traces._common import (
     RowError,
-    classify,
     csv_table,
     duration_s,
     field,
@@ -39,13 +46,14 @@ from grace.sim.traces._common import (
     gpu_count,
     mark_sweeps,
     seconds_per,
+    time_limit_s,
     timestamp_s,
     unique_id,
 )
 from grace.sim.traces.model import LoadReport, Trace
 
 REQUIRED_ROLES = ("submit", "duration", "gpus")
-OPTIONAL_ROLES = ("tenant", "id")
+OPTIONAL_ROLES = ("tenant", "id", "limit", "name")
 ROLES = REQUIRED_ROLES + OPTIONAL_ROLES
 
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::[^=,]*)?=(\d+)")
@@ -84,7 +92,8 @@ def _check_roles(columns: dict[str, str]) -> None:
     if missing:
         raise ValueError(
             f"column map lacks required role(s) {missing}; write e.g. "
-            "submit=Submit,duration=Elapsed,gpus=NGPU (optional: tenant=..., id=...)"
+            "submit=Submit,duration=Elapsed,gpus=NGPU (optional: tenant=..., id=..., "
+            "limit=Timelimit, name=JobName)"
         )
 
 
@@ -110,6 +119,8 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
         i_sub, i_dur, i_gpu = (col[columns[r]] for r in REQUIRED_ROLES)
         i_ten = col.get(columns.get("tenant", ""))
         i_id = col.get(columns.get("id", ""))
+        i_lim = col.get(columns.get("limit", ""))
+        i_name = col.get(columns.get("name", ""))
         for row in rows:
             n = report.rows
             report.rows += 1
@@ -125,6 +136,9 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
                 gpus = _gpus(field(row, i_gpu))
                 tenant = (field(row, i_ten) if i_ten is not None else "") or "default"
                 raw_id = (field(row, i_id) if i_id is not None else "") or str(n)
+                limit = (time_limit_s(field(row, i_lim), scale, columns["limit"])
+                         if i_lim is not None else None)
+                name = (field(row, i_name) if i_name is not None else "") or None
             except RowError as e:
                 report.skip(e.reason)
                 continue
@@ -135,7 +149,8 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
                 "duration_s": duration,
                 "gpus": gpus,
                 "tenant": tenant,
-                "workload_class": classify(gpus, duration),
+                "limit_s": limit,
+                "name": name,
             })
     if i_ten is not None:
         mark_sweeps(pending)

@@ -17,6 +17,10 @@ class TraceJob:
     ``gpu_model`` is a catalog name when the trace pins one known model;
     ``gpu_spec`` keeps the trace's raw GPU-type constraint (``"V100M16|V100M32"``,
     ``"G2"``) because a set of models or an undisclosed one has no catalog name.
+
+    ``duration_s`` is how long the job really ran: only the runtime model (and the
+    user model of ``sim.estimates``, standing for the submitter) may read it; every
+    decision sees what a submitter declares (``limit_s``, size, name).
     """
 
     job_id: str
@@ -26,12 +30,26 @@ class TraceJob:
     tenant: str = "default"
     gpu_milli: int | None = None
     gpu_model: str | None = None
-    workload_class: WorkloadClass = WorkloadClass.EXPERIMENT
+    # None: the trace does not say; the twin guesses it at replay time from what the
+    # submitter declared (size, requested limit, name: ``traces._common.classify``)
+    workload_class: WorkloadClass | None = None
     priority: int = 0
     preemptible: bool = True
     gpu_spec: str | None = None
     cpu_milli: int = 0  # host CPU the job asks for, where the trace says (openb)
     memory_mib: int = 0
+    # the time limit the user asked for, where the trace records it (sacct Timelimit);
+    # math.inf for UNLIMITED; None: the trace does not say (``sim.estimates`` draws one)
+    limit_s: float | None = None
+    name: str | None = None  # the job's name, where the trace has one (class patterns)
+    # a training job the goodput runtime model plays (Pollux workloads): the model's
+    # profile name and the total batch size the submitter asked for; ``duration_s`` is
+    # then only the run time on a packed placement of ``gpus`` (what an exact estimate
+    # would say), the runtime model computes the real one from the placement it gets
+    application: str | None = None
+    batch_size: int | None = None
+    # elastic: the submitter lets Grace choose between min and max GPUs (sim.goodput)
+    elastic: tuple[int, int] | None = None
 
 
 @dataclass

@@ -34,7 +34,6 @@ from typing import Any
 
 from grace.sim.traces._common import (
     RowError,
-    classify,
     csv_table,
     field,
     finish,
@@ -126,7 +125,6 @@ def load_openb_pods(path: Path | str) -> Trace:
                 "gpu_milli": gpu_milli,
                 "gpu_model": _spec_model(spec) if spec else None,
                 "gpu_spec": spec or None,
-                "workload_class": classify(gpus, duration),
                 "priority": priority,
                 "preemptible": preemptible,
                 "cpu_milli": cpu,

@@ -5,19 +5,18 @@ Columns: ``timestamp`` (submit, "2017-10-09 07:01:55"), ``duration`` (s),
 virtual cluster, VC). Philly's VCs are its tenants: each team had one, with a
 GPU quota, which is exactly what Grace's tenants model.
 
-The trace has no job names, status or queueing delay, so job ids are the row
-number (``philly-<row>``, 0-based over data rows) and the workload class is a
-guess from size, length and arrival pattern:
+The trace has no job names, status, time limits or queueing delay, so job ids
+are the row number (``philly-<row>``, 0-based over data rows). The loader labels
+only sweeps, from the arrival pattern: a single-GPU job is a ``sweep`` once its
+VC's burst (submissions at most 60 s apart) holds >= 5 jobs up to its own
+arrival. The other classes are guessed at replay time from size and the
+requested limit (``traces._common.classify``; the limit is the user model's
+under ``--estimates user``), never from the duration: the scheduler does not
+know it.
 
-- ``full-run``: >= 8 GPUs for >= 1 day;
-- ``fine-tune``: any other job of >= 1 hour;
-- ``sweep``: a burst of >= 5 single-GPU jobs from one VC, each submitted
-  within 60 s of the previous one (relabels experiments and fine-tunes);
-- ``experiment``: the rest (under an hour).
-
-Philly is bursty: the sweep rule labels 54,646 of the 82,247 jobs (66 %) as
-sweeps, yet they hold only ~7 % of the GPU-hours; full-runs (704 jobs) hold
-~56 %. Tighter windows shrink the sweep share (10 s: 31,630 jobs).
+Philly is bursty: the sweep rule labels 51,024 of the 82,247 jobs (62 %) as
+sweeps (54,646 when a burst's first four jobs were labelled too, which needed
+the jobs after them).
 
 The file is 82,247 rows; loading it takes a fraction of a second because rows
 go through ``csv.reader`` by column position and ``datetime.fromisoformat``.
@@ -30,7 +29,6 @@ from typing import Any
 
 from grace.sim.traces._common import (
     RowError,
-    classify,
     csv_table,
     duration_s,
     field,
@@ -67,7 +65,6 @@ def load_philly(path: Path | str) -> Trace:
                 "duration_s": duration,
                 "gpus": gpus,
                 "tenant": tenant,
-                "workload_class": classify(gpus, duration),
             })
     mark_sweeps(pending)
     return finish(pending, report)

@@ -5,8 +5,8 @@ interval``, times in seconds (the Tiresias simulator advances its clock in
 seconds). ``tf_job.csv`` has a different column set but the four used here.
 It repeats job id 10 twice; duplicates become ``10#2`` so ids stay unique.
 
-There is no tenant; the workload class is guessed from size and length as
-for Philly (the 60-job sample is all experiments of 2 to 30 minutes).
+There is no tenant; the workload class is guessed at replay time from size and
+requested limit, as for Philly (``traces._common.classify``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 
 from grace.sim.traces._common import (
     RowError,
-    classify,
     csv_table,
     duration_s,
     field,
@@ -51,6 +50,5 @@ def load_tiresias(path: Path | str) -> Trace:
                 "submit_s": submit,
                 "duration_s": duration,
                 "gpus": gpus,
-                "workload_class": classify(gpus, duration),
             })
     return finish(pending, report)
