@@ -140,7 +140,7 @@ def test_openb_default_pods(traces_dir: Path) -> None:
     assert r.rows == 8_152
     # README: 1,088 CPU-only pods; one more (openb-pod-7285, a pending 0.23-GPU pod) has
     # creation_time == deletion_time, so 3,077 of the README's 3,078 sharing pods remain.
-    assert r.skipped == {"no GPU": 1_088, "zero duration": 1}
+    assert r.skipped == {"cpu_only": 1_088, "zero duration": 1}
     fractional = [j for j in trace.jobs if j.gpu_milli is not None]
     assert len(fractional) == 3_077
     assert all(1 <= j.gpu_milli <= 999 and j.gpus == 1 for j in fractional if j.gpu_milli is not None)

@@ -183,6 +183,31 @@ def _jsonable(v: object) -> object:
     return str(v)
 
 
+def _packing(cluster: Path, trace: Path, fmt: str, policy: str, seed: int, no_departures: bool,
+             drop_cpu_only: bool, json_out: Path | None) -> None:
+    """``--no-departures``: the openb packing experiment (``sim.packing``)."""
+    from grace.sim.packing import load_packing_input, packing_experiment
+
+    if not no_departures:
+        err.print("[red]error[/red] --drop-cpu-only only applies to --no-departures "
+                  "(a replay never schedules CPU-only pods); add --no-departures or drop it")
+        raise typer.Exit(code=2)
+    if fmt.strip().lower() != "openb":
+        err.print(f"[red]error[/red] --no-departures replays the openb trace; use --format openb, "
+                  f"not {fmt!r}")
+        raise typer.Exit(code=2)
+    try:
+        inp = load_packing_input(cluster, trace, drop_cpu_only)
+    except (SpecError, ValueError, OSError) as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+    err.print(f"[dim]{inp.trace.report.summary()}[/dim]")
+    summary = packing_experiment(inp, policy, seed)
+    console.print_json(data={k: v for k, v in summary.items() if k != "curve"})
+    if json_out:
+        _write_json(json_out, summary)
+
+
 def _check_policy(name: str) -> None:
     try:
         get_policy(name)
@@ -205,20 +230,19 @@ def simulate(
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
+    drop_cpu_only: bool = typer.Option(
+        False, "--drop-cpu-only",
+        help="with --no-departures: leave out the pods that ask for no GPU (kept by default, as "
+             "FGD keeps them: their CPU and memory can strand a node's GPUs)"),
 ) -> None:
     """Replay a job trace on a cluster with one policy; print a table, write JSON/HTML."""
     _check_policy(policy)
+    if no_departures or drop_cpu_only:
+        _packing(cluster, trace, fmt, policy, seed, no_departures, drop_cpu_only, json_out)
+        return
     model = _estimates(estimates, no_estimates)
     burst = _bursting(bursting)
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
-    if no_departures:
-        from grace.sim.packing import packing_experiment
-
-        summary = packing_experiment(inp, policy, seed)
-        console.print_json(data={k: v for k, v in summary.items() if k != "curve"})
-        if json_out:
-            _write_json(json_out, summary)
-        return
     result = _run(inp, policy, seed, _quotas(quotas, inp), model,
                   _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits)
     console.print(_table({policy: result}))

@@ -25,9 +25,10 @@ host CPU and memory it asks for. For a node and a kind:
   still feed would take: a node with 8 free GPUs and CPU for one more 1-GPU pod
   offers that kind 1 GPU, not 8. This sees CPU stranding coming before it
   happens, which matters most when CPU is scarce: in the openb packing
-  experiment (``sim.packing``) with the trace's CPU-only pods also taking host
-  CPU, it allocated 95.2% of the GPUs at 100% arrived against 94.6% with FGD's
-  rule (means of seeds 42-51); without them, 95.3% either way.
+  experiment (``sim.packing``, ``benchmarks/twin_openb.py``) with the trace's
+  CPU-only pods also taking host CPU and memory (placed by ``place_host``), it
+  allocated 95.29% of the GPUs at 100% arrived against 95.20% with FGD's rule
+  (means of seeds 42-46; per seed the two rules trade places).
 
 With ``p_k`` the share of recent requests of kind ``k``, a node's *usable*
 capacity is ``U = sum_k p_k * usable_k``; its expected fragmentation is its
@@ -152,6 +153,8 @@ class FragmentationIndex:
         self.mem_known: BoolArray = np.array([x.memory_gb > 0 for x in nodes], dtype=np.bool_)
         self.cpu_free: IntArray = np.array([x.cpu_cores * 1000 for x in nodes], dtype=np.int64)
         self.mem_free: IntArray = np.array([int(x.memory_gb * 1024) for x in nodes], dtype=np.int64)
+        self.cpu_size: IntArray = np.maximum(self.cpu_free, 1)
+        self.mem_size: IntArray = np.maximum(self.mem_free, 1)
         self.host_held: dict[int, tuple[tuple[int, ...], int, int]] = {}
         # GPU state per node, mirrored from the capacity index
         self.free_whole: IntArray = np.zeros(n, dtype=np.int64)
@@ -190,11 +193,17 @@ class FragmentationIndex:
         nodes = tuple(placement.nodes(self.topo))
         if not nodes:
             return
-        cpu, mem = job.cpu_milli // len(nodes), job.memory_mib // len(nodes)
-        self.host_held[int(job.id)] = (nodes, cpu, mem)
+        self.hold_host(int(job.id), nodes, job.cpu_milli // len(nodes), job.memory_mib // len(nodes))
+
+    def hold_host(self, key: int, nodes: tuple[int, ...], cpu_milli: int, memory_mib: int) -> None:
+        """``cpu_milli`` and ``memory_mib`` on each of ``nodes`` are in use until ``host_give(key)``.
+
+        ``host_take`` for a job with GPUs; a driver that also places pods asking for
+        no GPU (``place_host``, the twin's packing experiment) records them here."""
+        self.host_held[key] = (nodes, cpu_milli, memory_mib)
         for x in nodes:
-            self.cpu_free[x] -= cpu
-            self.mem_free[x] -= mem
+            self.cpu_free[x] -= cpu_milli
+            self.mem_free[x] -= memory_mib
             self._dirty_host.add(x)
 
     def host_give(self, job_id: int) -> None:
@@ -254,6 +263,42 @@ class FragmentationIndex:
             if found is not None and (best is None or _better(found[0], best[0])):
                 best = found
         return None if best is None else best[1]
+
+    def place_host(self, cpu_milli: int, memory_mib: int,
+                   exclude: frozenset[int] = frozenset()) -> int | None:
+        """The node for a pod that asks for host CPU and memory but no GPU, or None.
+
+        Such a pod takes nothing the GPU score sees directly, yet it can strand GPUs:
+        with a node's CPU or memory gone, its free GPUs feed fewer pods. So the same
+        score ranks it: the node whose usable capacity (host limits included) drops
+        the least. Many nodes tie at no loss; among them the pod goes where the host
+        is least needed by GPUs: the node with the fewest free GPU units (a node whose
+        GPUs are all taken first: its CPU is of no use to GPU pods any more), then the
+        most host room per free GPU unit left, then node order. Nodes whose CPU or
+        memory size is unknown are never a limit."""
+        self._sync_mix()
+        self._sync_rows()
+        cpu_ok = ~self.cpu_known | (self.cpu_free >= cpu_milli)
+        mem_ok = ~self.mem_known | (self.mem_free >= memory_mib)
+        ok = self.usable & cpu_ok & mem_ok
+        if exclude:
+            ok[np.fromiter(exclude, dtype=np.int64, count=len(exclude))] = False
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return None
+        if self._kinds and self.host_active:
+            after = self._usable(self.free_whole[idx], self.free_shareable[idx], self._room[idx],
+                                 (idx, cpu_milli, memory_mib), self.node_gpus[idx])
+            loss = self._u0[idx] - after
+        else:
+            loss = np.zeros(idx.size, dtype=np.float64)
+        near = idx[loss <= loss.min() + _TIE]
+        free = self._free_units[near] if self._kinds else self.free_whole[near] * self.units
+        slack = _host_slack((self.cpu_free[near] - cpu_milli) / self.cpu_size[near],
+                            (self.mem_free[near] - memory_mib) / self.mem_size[near],
+                            self.cpu_known[near], self.mem_known[near], free)
+        order = np.lexsort((near, -slack, free))
+        return int(near[order[0]])
 
     def _place_by_bucket(self, job: PendingJob, groups: list[tuple[str, GroupIndex]],
                          count: int) -> Placement | None:
@@ -500,6 +545,17 @@ class FragmentationIndex:
                  self._room, self._u0)
         for a, b in zip(mirrored, fresh, strict=True):
             assert np.allclose(a, b, rtol=0.0, atol=1e-6), "fragmentation index out of date"
+
+
+def _host_slack(cpu_left: FloatArray, mem_left: FloatArray, cpu_known: BoolArray,
+                mem_known: BoolArray, free_units: IntArray) -> FloatArray:
+    """Host room left (shares of the node's size) per free GPU unit, the scarcer of CPU and
+    memory; inf where there is no limit or no free GPU."""
+    per = np.maximum(free_units, 1).astype(np.float64)
+    cpu = np.where(cpu_known, cpu_left / per, np.inf)
+    mem = np.where(mem_known, mem_left / per, np.inf)
+    out: FloatArray = np.where(free_units > 0, np.minimum(cpu, mem), np.inf)
+    return out
 
 
 def _first_not_in(bucket: list[int], exclude: frozenset[int]) -> int | None:

@@ -29,7 +29,9 @@ reads it; nothing else does.
   runner), then smaller gangs first, with quotas, fair share, EASY backfill and
   preemption: for priority, to reclaim quota, and of a preemptible long runner
   for a new job (preemptive LAS, which is what keeps short jobs' completion
-  times low when long ones hold the cluster; the victim checkpoints first);
+  times low when long ones hold the cluster; the victim checkpoints first, and
+  an attempt younger than ten minutes is left alone, since its restart would
+  cost more than the turn is worth);
   a gang that one leaf switch could hold waits for one rather than spanning two
   (the other policies take whatever GPUs are free, as Slurm does without
   ``--switches``); a job that fits one node goes where it loses the least
@@ -46,6 +48,11 @@ from dataclasses import dataclass
 LAS_THRESHOLDS_GPU_S = (3600.0, 8 * 3600.0, 64 * 3600.0)
 #: Tiresias' one queue threshold in the Pollux artifact: 16 GPU-hours of attained service.
 TIRESIAS_THRESHOLDS_GPU_S = (16 * 3600.0,)
+#: Grace's default does not displace an attempt younger than this for attained service:
+#: a preemption costs the victim a checkpoint and a restart (~30-60 s on every GPU in
+#: the twin's failure model and Pollux's), so ten minutes bounds that loss to about 10%
+#: of the attempt, and a job just restarted is not displaced again at once.
+GRACE_LAS_MIN_RUN_S = 600.0
 
 
 def las_level(attained_gpu_s: float,
@@ -77,6 +84,9 @@ class QueuePolicy:
     max_victims: int = 16
     # attained-service levels ("las" in ``order``), in GPU-seconds
     las_thresholds: tuple[float, ...] = LAS_THRESHOLDS_GPU_S
+    # an attempt younger than this is not displaced for attained service (scheduler's
+    # _las_preemptible): its restart would cost more than its turn is worth
+    las_min_run_s: float = 0.0
     # re-plan every cycle from all active jobs (core.replan) instead of placing waiting
     # jobs around running ones
     replan: bool = False
@@ -128,7 +138,9 @@ POLICIES: dict[str, QueuePolicy] = {
                     replan=True),
         QueuePolicy("grace", ("priority", "las", "size", "submit"), backfill=True,
                     quotas=True, fair_share=True, preempt_for_priority=True,
-                    preempt_for_quota=True, leaf_locality=True, packing="fragmentation"),
+                    preempt_for_quota=True, preempt_for_las=True,
+                    las_thresholds=TIRESIAS_THRESHOLDS_GPU_S, las_min_run_s=GRACE_LAS_MIN_RUN_S,
+                    leaf_locality=True, packing="fragmentation"),
     ]
 }
 

@@ -32,7 +32,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
 
 from grace.core.capacity import Placement
 from grace.core.decisions import (
@@ -47,8 +49,9 @@ from grace.core.decisions import (
 )
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import place_slice, place_whole
+from grace.core.policies import QueuePolicy
 from grace.core.quotas import QuotaCheck, check_quota
-from grace.core.state import SchedulerState
+from grace.core.state import SchedulerState, victim_key
 
 
 @dataclass(slots=True)
@@ -74,6 +77,8 @@ class _Cycle:
     # blocked heads whose reservation is computed only once a later job could start:
     # in a full cluster, most cycles never need it
     unreserved: list[PendingJob] = field(default_factory=list)
+    # attained-service level -> running jobs above it, in victim order (first need only)
+    las_above: dict[int, list[RunningJob]] = field(default_factory=dict)
 
 
 def decide(state: SchedulerState, now: float) -> DecideResult:
@@ -268,12 +273,14 @@ def _hold(state: SchedulerState, hold: _Hold, placement: Placement | None) -> No
     hold.gpus = held
 
 
-def _shadow(state: SchedulerState, job: PendingJob, now: float,
-            cycle: _Cycle) -> tuple[float, Placement | None, float]:
+def _shadow(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
+            by: float = math.inf) -> tuple[float, Placement | None, float]:
     """Release running jobs (in the trial) in expected-end order until ``job`` fits.
 
     Returns (shadow time, the placement it would get then, GPUs free then beyond
-    its need); (inf, None, 0) when jobs without estimates hold the GPUs it needs.
+    its need); (inf, None, 0) when jobs without estimates hold the GPUs it needs,
+    or when it would not fit by ``by`` (a caller that only asks "still by then?"
+    need not release the rest of the cluster to learn "no").
     """
     cap = state.capacity
     models = frozenset(job.models)
@@ -281,12 +288,13 @@ def _shadow(state: SchedulerState, job: PendingJob, now: float,
     free = sum(g.free_total for _, g in state.groups_for(job))
     need = job.gpu_equivalents
     result: tuple[float, Placement | None, float] = (math.inf, None, 0.0)
+    single, failed = _single_node_count(state, job), False
     ends = heapq.merge(
         ((end, jid, None) for end, jid in state.ends if jid not in cycle.freed),
         ((end, jid, p) for end, jid, p in cycle.ends),
     )
     for end, jid, started_placement in ends:
-        if end == math.inf:
+        if end == math.inf or end > by:
             break
         if started_placement is None:
             run = state.running[jid]
@@ -297,13 +305,40 @@ def _shadow(state: SchedulerState, job: PendingJob, now: float,
             released = started_placement
         cap.release(released)
         free += len(released.gpus)
-        if free >= need:
+        if free >= need and (not failed or _may_newly_fit(state, single, released)):
             placement = _place(state, job)
             if placement is not None:
                 result = (max(end, now), placement, free - need)
                 break
+            failed = True
     cap.rollback_to(mark)
     return result
+
+
+def _single_node_count(state: SchedulerState, job: PendingJob) -> int | None:
+    """GPUs ``job`` needs on one node when its only placements are one node's GPUs.
+
+    Then, once a placement has failed and only some nodes' GPUs were freed
+    since, it can newly fit only on one of those nodes: a cheap test that skips
+    the placement search while releasing jobs one by one (reservations, trial
+    preemptions). None when the job may span nodes (or NVLink domains).
+    """
+    whole = job.whole
+    if whole is None or whole.per_node not in (None, whole.count):
+        return None
+    for _, g in state.groups_for(job):
+        if whole.count > g.max_gpus or len(g.domains) < len(g.nodes):
+            return None
+    return whole.count
+
+
+def _may_newly_fit(state: SchedulerState, single: int | None, released: Placement) -> bool:
+    if single is None:
+        return True
+    cap = state.capacity
+    gpu_node = cap.topo.gpu_node
+    nodes = {gpu_node[g] for g in released.gpus} | {gpu_node[s.gpu] for s in released.slices}
+    return any(cap.free_count[n] >= single for n in nodes)
 
 
 def _place_beside_reservations(state: SchedulerState, job: PendingJob, now: float,
@@ -323,9 +358,13 @@ def _place_beside_reservations(state: SchedulerState, job: PendingJob, now: floa
         end = now + job.estimate_s if job.estimate_s is not None else math.inf
         cycle.ends.append((end, job.id, placement))
         cycle.ends.sort(key=lambda e: e[0])
-        redo = [(h, _shadow(state, h.job, now, cycle)) for h in touched]
+        redo = []
+        for h in touched:
+            redo.append((h, _shadow(state, h.job, now, cycle, by=h.reservation.shadow_s)))
+            if redo[-1][1][0] > h.reservation.shadow_s:
+                break  # this one would be delayed: the job may not take held GPUs
         cycle.ends.remove((end, job.id, placement))
-        if all(r[0] <= h.reservation.shadow_s for h, r in redo):
+        if len(redo) == len(touched) and all(r[0] <= h.reservation.shadow_s for h, r in redo):
             cap.release(placement)
             for h, (_shadow_s, p, spare) in redo:
                 r = h.reservation
@@ -398,7 +437,7 @@ def _backfill_short_jobs(state: SchedulerState, qk: tuple, now: float,
 
 # --------------------------------------------------------------------------- preemption
 def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
-             borrowing: bool) -> list[tuple[RunningJob, PreemptReason]]:
+             borrowing: bool) -> Iterable[tuple[RunningJob, PreemptReason]]:
     """Running jobs ``job`` may displace, cheapest to lose first."""
     policy = state.policy
     if not state.preemptible_by_priority:
@@ -413,6 +452,8 @@ def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
     if not (could_reclaim or could_outrank or policy.preempt_for_las):
         return []
     job_level = policy.level(job.attained_gpu_s)
+    if not (could_reclaim or could_outrank):
+        return _las_victims(state, job_level, models, now, cycle)
     out: list[tuple[tuple, RunningJob, PreemptReason]] = []
     for run in state.running.values():
         if not run.preemptible or run.id in cycle.freed or not models.intersection(run.models):
@@ -423,14 +464,54 @@ def _victims(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
             reason = PreemptReason.QUOTA_RECLAIM
         elif policy.preempt_for_priority and run.priority < job.priority:
             reason = PreemptReason.PRIORITY
-        elif policy.preempt_for_las:
-            attained = run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s)
-            if policy.level(attained) > job_level:
-                reason = PreemptReason.LEAST_ATTAINED_SERVICE
+        elif policy.preempt_for_las and _las_preemptible(policy, run, now) \
+                and _running_level(policy, run, now) > job_level:
+            reason = PreemptReason.LEAST_ATTAINED_SERVICE
         if reason is not None:
-            out.append(((run.priority, -run.start_s, run.id), run, reason))
+            out.append((victim_key(run), run, reason))
     out.sort(key=lambda t: t[0])
     return [(run, reason) for _, run, reason in out]
+
+
+def _running_level(policy: QueuePolicy, run: RunningJob, now: float) -> int:
+    return policy.level(run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s))
+
+
+def _las_preemptible(policy: QueuePolicy, run: RunningJob, now: float) -> bool:
+    """Has ``run`` held its GPUs long enough to pay back what a preemption costs it?
+
+    A preempted job checkpoints and later pays a restart on every GPU; one
+    preempted again minutes after it restarted loses that over and over. Not
+    displacing an attempt younger than ``las_min_run_s`` bounds the loss to a
+    share of the attempt that the policy names.
+    """
+    return now - run.start_s >= policy.las_min_run_s
+
+
+def _las_victims(state: SchedulerState, job_level: int, models: set[str], now: float,
+                 cycle: _Cycle) -> Iterator[tuple[RunningJob, PreemptReason]]:
+    """Running jobs in a higher attained-service level than ``job_level``, cheapest first.
+
+    Which running jobs are above a level is the same for every waiting job of a
+    cycle, so it is found once per cycle and level (in the state's standing
+    victim order, so nothing is sorted), not once per waiting job: with
+    thousands running and waiting, that scan was most of the cycle.
+    """
+    above = cycle.las_above.get(job_level)
+    if above is None:
+        policy = state.policy
+        bounds, young = policy.las_thresholds, now - policy.las_min_run_s
+        above = []
+        for _key, jid in state.victim_order:
+            run = state.running[jid]
+            if run.start_s <= young and bisect.bisect_right(  # policy.level, inlined
+                    bounds, run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s)) > job_level:
+                above.append(run)
+        cycle.las_above[job_level] = above
+    freed = cycle.freed
+    for run in above:
+        if run.id not in freed and models.intersection(run.models):
+            yield run, PreemptReason.LEAST_ATTAINED_SERVICE
 
 
 def _budget_left(state: SchedulerState, tenant: str, now: float, cycle: _Cycle) -> int:
@@ -444,19 +525,21 @@ def _preempt_for(state: SchedulerState, job: PendingJob, now: float, result: Dec
     Only victims whose GPUs the final placement uses are preempted; each
     victim's tenant must have preemption budget left, counting this cycle.
     """
-    victims = _victims(state, job, now, cycle, borrowing)
-    if not victims:
-        return None
+    victims = iter(_victims(state, job, now, cycle, borrowing))
     limit = state.policy.max_victims
+    first = list(islice(victims, limit))
+    if not first:
+        return None
     free = sum(g.free_total for _, g in state.groups_for(job))
-    if free + sum(r.gpu_equivalents for r, _ in victims[:limit]) < job.gpu_equivalents:
+    if free + sum(r.gpu_equivalents for r, _ in first) < job.gpu_equivalents:
         return None
     cap = state.capacity
     mark = cap.mark()
     charged: dict[str, int] = {}
+    single = _single_node_count(state, job)
     chosen: list[tuple[RunningJob, PreemptReason]] = []
     placement = None
-    for run, reason in victims:
+    for run, reason in chain(first, victims):
         if len(chosen) >= limit:
             break
         if run.tenant != job.tenant and \
@@ -465,9 +548,10 @@ def _preempt_for(state: SchedulerState, job: PendingJob, now: float, result: Dec
         cap.release(run.placement)
         chosen.append((run, reason))
         charged[run.tenant] = charged.get(run.tenant, 0) + (run.tenant != job.tenant)
-        placement = _place(state, job)
-        if placement is not None:
-            break
+        if _may_newly_fit(state, single, run.placement):  # the last _place failed
+            placement = _place(state, job)
+            if placement is not None:
+                break
     cap.rollback_to(mark)
     if placement is None:
         return None

@@ -33,6 +33,12 @@ class TenantUsage:
     preemption_times: deque[float] = field(default_factory=deque)
 
 
+def victim_key(run: RunningJob) -> tuple:
+    """The order preemption displaces running jobs in: lowest priority first, then the
+    most recently started (it has the least work since its start to lose)."""
+    return (run.priority, -run.start_s, run.id)
+
+
 class SchedulerState:
     """Everything the policy engine needs for one cycle, kept incrementally."""
 
@@ -62,6 +68,9 @@ class SchedulerState:
         # what preemption could take, so decide skips the victim scan when nothing qualifies
         self.preemptible_by_priority: Counter[int] = Counter()
         self.preemptible_borrowing = 0
+        # preemptible running jobs, cheapest to displace first (lowest priority, then the
+        # latest started): least-attained-service preemption reads the first few of them
+        self.victim_order: list[tuple[tuple, JobId]] = []
         self.groups_by_model: dict[str, list[GroupIndex]] = {}
         self._groups_cache: dict[tuple, list[tuple[str, GroupIndex]]] = {}
         pool_order = {n.pool: i for i, n in reversed(list(enumerate(topo.nodes)))}
@@ -144,6 +153,7 @@ class SchedulerState:
         if run.preemptible:
             self.preemptible_by_priority[run.priority] += 1
             self.preemptible_borrowing += run.borrowing
+            bisect.insort(self.victim_order, (victim_key(run), run.id))
         self.tenant_usage(job.tenant).gpus += run.gpu_equivalents
         bisect.insort(self.ends, (run.expected_end_s, run.id))
         if run.limit_s:
@@ -158,6 +168,8 @@ class SchedulerState:
             if not self.preemptible_by_priority[run.priority]:
                 del self.preemptible_by_priority[run.priority]
             self.preemptible_borrowing -= run.borrowing
+            entry = (victim_key(run), run.id)
+            del self.victim_order[bisect.bisect_left(self.victim_order, entry)]
         self.capacity.release(run.placement)
         if self.packer is not None:
             self.packer.host_give(run.id)

@@ -7,7 +7,10 @@ GPU sharing: a pod with ``num_gpu == 1`` and ``gpu_milli < 1000`` asks for a
 fraction of one GPU, which becomes ``TraceJob(gpus=1, gpu_milli=...)``.
 Multi-GPU pods always ask for whole GPUs (``gpu_milli`` is 1000 on every one
 of them in every variant file). CPU-only pods (``num_gpu == 0``) are skipped
-with reason ``"no GPU"``: Grace schedules GPUs.
+with reason ``"cpu_only"`` unless ``keep_cpu_only``: a replay schedules GPUs, but
+the packing experiment (``sim.packing``) keeps them, as FGD does, because their
+CPU and memory on a GPU node can strand that node's GPUs. A kept one is
+``TraceJob(gpus=0)``.
 
 Duration is ``deletion_time - creation_time``. Pods still running when the
 trace was cut have the cut time as deletion, so long durations are censored,
@@ -78,8 +81,16 @@ def _spec_model(spec: str) -> str | None:
     return catalog_model(names.pop()) if len(names) == 1 else None
 
 
-def load_openb_pods(path: Path | str) -> Trace:
-    """Load an openb pod list; fractional pods keep their ``gpu_milli``."""
+#: why a CPU-only pod was skipped (``LoadReport.skipped`` key)
+CPU_ONLY = "cpu_only"
+
+
+def load_openb_pods(path: Path | str, keep_cpu_only: bool = False) -> Trace:
+    """Load an openb pod list; fractional pods keep their ``gpu_milli``.
+
+    ``keep_cpu_only``: keep pods that ask for no GPU (``gpus == 0``) instead of
+    skipping them as ``"cpu_only"``.
+    """
     report = LoadReport(source=str(path))
     pending: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -91,13 +102,15 @@ def load_openb_pods(path: Path | str) -> Trace:
             try:
                 name = field(row, col["name"]) or f"openb-row-{report.rows - 1}"
                 num_gpu = finite(field(row, col["num_gpu"]), "GPU count")
-                if num_gpu == 0:
-                    raise RowError("no GPU")
+                if num_gpu == 0 and not keep_cpu_only:
+                    raise RowError(CPU_ONLY)
                 if num_gpu < 0 or not num_gpu.is_integer():
                     raise RowError("unparseable GPU count")
                 milli = finite(field(row, col["gpu_milli"]), "gpu_milli")
                 gpu_milli: int | None = None
-                if num_gpu == 1 and 0 < milli < 1000:
+                if num_gpu == 0:
+                    pass  # a CPU-only pod: gpu_milli says nothing
+                elif num_gpu == 1 and 0 < milli < 1000:
                     gpu_milli = int(milli)
                 elif milli != 1000:
                     raise RowError("gpu_milli outside 1..1000")
