@@ -107,12 +107,12 @@ def main() -> None:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     if "tiresias" in out:
-        t = out["tiresias"]
-        jobs = sum(r["jobs"] for r in t.values())
+        ours = out["tiresias"]
+        jobs = sum(r["jobs"] for r in ours.values())
         summary["tiresias_mean_within_2pct"] = all(abs(r["vs_tiresias"] - 1) <= 0.02
-                                                   for r in t.values())
+                                                   for r in ours.values())
         summary["tiresias_jobs_within_5pct"] = round(
-            sum(r["within_5pct"] * r["jobs"] for r in t.values()) / jobs, 4)
+            sum(r["within_5pct"] * r["jobs"] for r in ours.values()) / jobs, 4)
     if "grace" in out:
         summary["grace_beats_tiresias"] = all(r["vs_tiresias"] < 1 for r in out["grace"].values())
     print(json.dumps(summary))
