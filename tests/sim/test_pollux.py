@@ -47,7 +47,7 @@ def test_bad_profiles_folder_names_the_flag(tmp_path: Path) -> None:
     broken = tmp_path / "app-profiles" / "cifar10"
     shutil.copytree(PROFILES / "cifar10", broken)
     (broken / "placements.csv").unlink()
-    with pytest.raises(ProfileError, match="placements.csv"):
+    with pytest.raises(ProfileError, match=r"placements\.csv"):
         load_profiles(tmp_path / "app-profiles")
 
 
@@ -102,8 +102,8 @@ def test_cli_pollux_needs_profiles_and_writes_per_job(tmp_path: Path) -> None:
     assert missing.exit_code != 0
     assert "--profiles" in missing.output
     out = tmp_path / "out.json"
-    ok = runner.invoke(app, base + ["--profiles", str(PROFILES), "--policy", "tiresias",
-                                    "--round-s", "60", "--per-job", "--json", str(out)])
+    ok = runner.invoke(app, [*base, "--profiles", str(PROFILES), "--policy", "tiresias",
+                             "--round-s", "60", "--per-job", "--json", str(out)])
     assert ok.exit_code == 0, ok.output
     summary = json.loads(out.read_text())
     assert summary["per_job"]["cifar10-0"] > 0
