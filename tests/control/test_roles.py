@@ -124,6 +124,21 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, str | int]]] 
     ("GET", "/audit"): ("/audit", {}, ADMINS),
     ("GET", "/audit/verify"): ("/audit/verify", {}, ADMINS),
     ("GET", "/audit/head"): ("/audit/head", {}, ADMINS),
+    # a tenant's token reads its own tenant's series only (tests/control/test_metrics.py)
+    ("GET", "/metrics"): ("/metrics", {}, USERS_READ),
+    ("GET", "/alerts"): ("/alerts", {}, USERS_READ),
+    ("GET", "/jobs/{job_id}/why"): ("/jobs/{a}/why", {}, TENANT_A_READ),
+    # the dashboard (tests/control/test_dashboard.py): pages answer 401 with the sign-in page
+    ("GET", "/"): ("/", {}, USERS_READ),
+    ("GET", "/ui/queue"): ("/ui/queue", {}, USERS_READ),
+    ("GET", "/ui/jobs/{job_id}"): ("/ui/jobs/{a}", {}, TENANT_A_READ),
+    ("GET", "/ui/api/jobs/{job_id}/series"): ("/ui/api/jobs/{a}/series", {}, TENANT_A_READ),
+    ("GET", "/ui/tenants"): ("/ui/tenants", {}, USERS_READ),
+    ("GET", "/ui/alerts"): ("/ui/alerts", {}, USERS_READ),
+    # the files pages load hold no data: public, like /healthz (the sign-in page needs its CSS)
+    ("GET", "/ui/static/{name}"): ("/ui/static/grace.css", {}, {c: OK for c in CALLERS}),
+    ("GET", "/ui/vendor/plotly.min.js"): ("/ui/vendor/plotly.min.js", {}, {c: OK for c in CALLERS}),
+    ("GET", "/docs/assets/{name}"): ("/docs/assets/swagger-ui.css", {}, {c: OK for c in CALLERS}),
 }
 
 

@@ -155,6 +155,13 @@ def up(
         help="what wraps each job's checkpoint data key: keyfile:PATH (a 32-byte key, base64, "
              "mode 0600); default keyfile:<state-dir>/kek.key, made on first start. Every "
              "job's checkpoints are encrypted (docs/security.md)"),
+    runbook: Path | None = typer.Option(
+        None, "--runbook", help="alert rules (kind: runbook) for /alerts and the dashboard; "
+                                "default: the shipped ones (grace runbooks, docs/runbooks.md)"),
+    metrics_refresh_s: float = typer.Option(
+        10.0, "--metrics-refresh-s", min=0.5, max=3600.0,
+        help="/metrics figures are at most this many seconds old (it renders in the "
+             "background, so a scrape never waits)"),
 ) -> None:
     """Run the control plane: API, reconciler and a backend (local processes or Slurm).
 
@@ -193,7 +200,7 @@ def up(
                            admin_token_file=admin_token_file, allow_inject=allow_inject,
                            isolation=isolation, job_uids=job_uids,
                            admission=admission, tls_cert=tls_cert, tls_key=tls_key,
-                           kms=kms))
+                           kms=kms, runbook=runbook, metrics_refresh_s=metrics_refresh_s))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e

@@ -34,6 +34,8 @@ console = Console()
 REPO = Path(__file__).resolve().parents[3]
 ENDED = {"completed", "failed", "cancelled", "diverged"}
 ADMISSION = REPO / "examples/admission.yaml"  # the demo's jobs run vetted code only
+#: research's three 1-GPU sweeps share two GPUs: the third waits, over its quota
+DEMO_QUOTA = {"guaranteed_gpus": 2, "borrow_limit_gpus": 0}
 
 
 def _free_port() -> int:
@@ -69,6 +71,9 @@ def demo(
         admin = {"Authorization": f"Bearer {(state_dir / 'admin.token').read_text().strip()}"}
         specs = load_jobs(workload)
         members = _member_tokens(url, admin, sorted({s.tenant for s in specs}))
+        # a quota, so one sweep waits its turn with a typed reason (`grace why` explains it)
+        httpx.put(f"{url}/tenants/research", headers=admin,
+                  json=DEMO_QUOTA).raise_for_status()
         ids = []
         for spec in specs:  # each job as a member of its tenant: the tenant is the token's
             body = spec.model_dump(mode="json", exclude_none=True, exclude={"tenant"})
@@ -76,9 +81,13 @@ def demo(
             r.raise_for_status()
             ids.append(r.json()["id"])
         console.print(f"submitted {len(ids)} jobs from {workload.name}, each with a member "
-                      f"token of its tenant ({', '.join(members)})")
-        rows = _follow(url, timeout_s, admin)
+                      f"token of its tenant ({', '.join(members)}); tenant research may hold "
+                      f"{DEMO_QUOTA['guaranteed_gpus']:g} GPUs. Dashboard: {url}/ (sign in "
+                      f"with the admin token)")
+        whys: dict[str, dict] = {}
+        rows = _follow(url, timeout_s, admin, whys)
         _summary(rows)
+        _explain(whys)
         failed = [r for r in rows if r["state"] != "completed"]
         if failed:
             console.print(f"[red]{len(failed)} job(s) did not complete[/red]; see "
@@ -118,7 +127,11 @@ def _wait_up(url: str, server: subprocess.Popen) -> None:
     raise RuntimeError("grace up did not answer within 60 s")
 
 
-def _follow(url: str, timeout_s: float, headers: dict[str, str]) -> list[dict]:
+def _follow(url: str, timeout_s: float, headers: dict[str, str],
+            whys: dict[str, dict]) -> list[dict]:
+    """The jobs table, live, until every job ended; meanwhile ``GET /jobs/N/why`` of the
+    first job seen waiting with a reason and of the first running one whose heartbeats
+    name a bottleneck (what ``grace why N`` prints), kept in ``whys`` by state."""
     deadline = time.time() + timeout_s
     rows: list[dict] = []
     with Live(console=console, refresh_per_second=2) as live:
@@ -127,8 +140,27 @@ def _follow(url: str, timeout_s: float, headers: dict[str, str]) -> list[dict]:
             live.update(jobs_table(rows))
             if rows and all(r["state"] in ENDED for r in rows):
                 break
+            for r in rows:
+                if r["state"] in ("pending", "running") and r["state"] not in whys and (
+                        r["state"] == "running" or r.get("reason")):
+                    try:  # an aside: a slow answer on a busy laptop must not stop the demo
+                        why = httpx.get(f"{url}/jobs/{r['id']}/why", headers=headers,
+                                        timeout=30).json()
+                    except httpx.HTTPError:
+                        continue
+                    if why.get("reason") not in (None, "no-heartbeats-yet"):
+                        whys[r["state"]] = why | {"name": r["name"]}
             time.sleep(1.0)
     return rows
+
+
+def _explain(whys: dict[str, dict]) -> None:
+    """What ``grace why`` said during the run, for one waiting and one running job."""
+    for state in ("pending", "running"):
+        why = whys.get(state)
+        if why is not None:
+            console.print(f"[bold]grace why {why['job']}[/bold] ({why['name']}, {state}): "
+                          f"[bold]{why['reason']}[/bold]: {why['action']}")
 
 
 def _summary(rows: list[dict]) -> None:

@@ -9,6 +9,7 @@ from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
 from grace.cli.plan import plan
+from grace.cli.runbooks import alerts, runbooks
 from grace.cli.showback import showback
 from grace.cli.simulate import EstimatesFlagCommand, compare, simulate
 from grace.cli.slurm import slurm_import
@@ -16,6 +17,7 @@ from grace.cli.tokens import token_app
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
 from grace.cli.whatif import whatif
+from grace.cli.why import why
 
 app = typer.Typer(
     name="grace",
@@ -41,11 +43,14 @@ app.command()(nodes)
 app.command()(drain)
 app.command()(resume)
 app.command()(inject)
+app.command()(why)
 app.command(cls=EstimatesFlagCommand)(simulate)
 app.command(cls=EstimatesFlagCommand)(compare)
 app.command()(whatif)
 app.command()(plan)
 app.command()(showback)
+app.command()(runbooks)
+app.command()(alerts)
 app.add_typer(token_app, name="token")
 app.command(name="audit")(audit_command)
 

@@ -4,7 +4,8 @@ One command for every file a user writes, so a typo is found before a run, not
 an hour into one: clusters, jobs, bursting configurations (``kind: bursting``),
 health-table overrides (``kind: health``), admission files (``kind:
 admission``: their scripts' digests checked against the files, from the working
-directory as ``grace up`` reads them) and price-book overrides (the
+directory as ``grace up`` reads them), runbooks (``kind: runbook``, what ``grace
+runbooks --file`` reads) and price-book overrides (the
 ``--prices`` file of ``grace plan``, recognised by its sections since it has no
 ``kind``). Each kind goes through the loader its command uses, so ``ok`` here
 means that command accepts the file.
@@ -91,6 +92,14 @@ def _admission(data: Any, source: str, _: ClusterSpec | None) -> str:
             f"{spec.interpreter_only}")
 
 
+def _runbook(data: Any, source: str, _: ClusterSpec | None) -> str:
+    from grace.observe.runbook_spec import parse_runbook
+
+    spec = parse_runbook(data, source)
+    return (f"runbook {spec.name!r}, {len(spec.rules)} rule(s): "
+            + ", ".join(r.name for r in spec.rules[:5]) + (" ..." if len(spec.rules) > 5 else ""))
+
+
 def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
     from grace.cost.pricebook import load_pricebook
 
@@ -100,7 +109,7 @@ def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
 
 _CHECKS: dict[str, Callable[[Any, str, ClusterSpec | None], str]] = {
     "cluster": _cluster, "job": _jobs, "bursting": _bursting, "health": _health,
-    "prices": _prices, "admission": _admission,
+    "prices": _prices, "admission": _admission, "runbook": _runbook,
 }
 
 
@@ -117,7 +126,7 @@ def check_file(path: Path, cluster: ClusterSpec | None = None) -> str:
 
 def validate(
     files: list[Path] = typer.Argument(
-        ..., help="cluster, job, bursting, health, admission or price-book YAML files"),
+        ..., help="cluster, job, bursting, health, admission, runbook or price-book YAML files"),
     cluster: Path | None = typer.Option(
         None, "--cluster", help="check bursting files' offers against this cluster's cloud pools"),
 ) -> None:

@@ -34,7 +34,6 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as InPath
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -54,6 +53,7 @@ from grace.control.api_contract import (
     install_store_errors,
 )
 from grace.control.auth import Authenticator, Principal, job_requirement, requirement
+from grace.control.dashboard import install_dashboard, swagger_page
 from grace.control.http_limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from grace.control.live.context import JobDirs
 from grace.control.live.context import job_dirs as live_job_dirs
@@ -70,6 +70,8 @@ from grace.control.store.writability import describe_failure, probe_write
 from grace.core.health import IllegalTransition, Signal, SignalKind
 from grace.core.jobs import JobCompileError
 from grace.core.topology import Topology
+from grace.observe.hub import Observability
+from grace.observe.routes import RequestTimer, install_observe_routes, request_observer
 from grace.spec.errors import from_validation_error
 from grace.spec.job import MAX_GPUS, JobSpec
 from grace.spec.text_limits import (
@@ -190,6 +192,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                admission: Admission | None = None, status: Callable[[], dict[str, Any]] | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                access_log: Path | None = None,
+               observability: Observability | None = None,
                ) -> FastAPI:
     """The app over ``store``; ``leadership`` (from ``grace up``) adds the leader's view to
     /healthz and refuses writes while this process stands by. Without it (tests, tools)
@@ -197,7 +200,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     default one over ``store``); ``allow_inject`` (``grace up --allow-inject``) opens
     fault injection to admins; ``status`` adds what the backend reports to /healthz. Every
     mutating request is audited (``request_audit``) and every request access-logged
-    (``access_log``: a file of its own too, mode 0600, when given)."""
+    (``access_log``: a file of its own too, mode 0600, when given). ``observability`` holds
+    the heartbeats, metrics and alerts (``grace.observe``; one of its own when not given)."""
     # the document and its pages are served below, behind a token like every other route
     app = FastAPI(title="Grace", version="0.1.0", openapi_url=None, docs_url=None,
                   redoc_url=None,
@@ -215,6 +219,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     admin = Depends(requirement(auth, Role.ADMIN, "manage tokens, read the audit trail or "
                                                    "inject faults"))
     the_job = Depends(job_requirement(auth))
+    obs = observability or Observability(store, topo, state_dir, clock)
+    app.state.observability = obs
 
     def _get(s: Any, job_id: int, who: Principal) -> Job:
         """The job, if ``who`` may see it: another tenant's job is 404, like a missing one."""
@@ -255,9 +261,10 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
 
     @app.get("/docs", include_in_schema=False)
     def docs_page(who: Principal = viewer) -> HTMLResponse:
-        """Swagger UI; it fetches /openapi.json, so a browser needs the token too (a header
-        extension, or read the document with curl -H 'Authorization: Bearer ...')."""
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="Grace API")
+        """Swagger UI, its files served from the installed package (no CDN: it renders on a
+        cluster without internet). It fetches /openapi.json, so a browser needs the token
+        too: sign in to the dashboard once (``/?token=...``), and its cookie reads both."""
+        return swagger_page(openapi_url="/openapi.json", title="Grace API")
 
     @app.get("/healthz", responses={503: {"model": HealthReport, "description": (
         "degraded: the store cannot be written (its reason in 'store')")}})
@@ -411,6 +418,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         except OSError as e:  # a full disk is the operator's to fix, not a crash
             failure = describe_failure(e)
             raise HTTPException(failure.status, detail=failure.detail) from e
+        obs.telemetry.add(job_id, body.attempt, body.rank, body.node, body.records)
 
     @app.post("/jobs/{job_id}/inject", responses=errors(*WRITE, 404, *BODY, 501))
     def inject(job_id: JobId, body: InjectRequest, who: Principal = admin) -> dict[str, Any]:
@@ -641,12 +649,16 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         if name not in topo.by_name:
             raise HTTPException(404, detail=f"no node {name!r}; see GET /nodes")
 
+    install_observe_routes(app, obs, store, viewer, _get)
+    # the web dashboard at / (and the files /docs loads); its session cookie reads only
+    install_dashboard(app, store, topo, state_dir, auth, clock)
     install_store_errors(app)
     document(app, {("POST", "/jobs"): JobSubmission})
     app.add_middleware(RequestAudit, store=store, clock=clock,
                        writes_allowed=lambda: leadership is None or leadership.get().leading)
     # a body over the limit is refused before anything reads it
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(RequestTimer, observe=request_observer(obs))
     app.add_middleware(AccessLog, path=access_log, clock=clock)  # outermost: it sees every answer
     return app
 

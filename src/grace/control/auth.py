@@ -13,6 +13,15 @@ viewer     read its tenant's jobs (every tenant's, if it has none)
 A job token (``gjob_...``, one per attempt, in the attempt's ``GRACE_TOKEN``)
 may post its own attempt's heartbeats and nothing else.
 
+A browser signed in to the dashboard (``control.dashboard``) sends the cookie
+``grace_session`` instead: it stands for the token the person signed in with and
+is accepted for GET and HEAD only. A browser attaches cookies to requests that
+other pages cause (a form posted from another site), so a cookie that could drive
+a write would let any page act as the person (CSRF). SameSite=Strict already keeps
+browsers from sending it with requests another site starts; refusing it for writes
+holds even where that fails, and reads change nothing. The session is checked
+against its token on every request: revoking or expiring the token ends it.
+
 Another tenant's job is answered 404, exactly like a job that does not exist,
 so a member cannot learn which job ids other tenants have. The tenant a member
 submits for, and the actor of everything anyone does, come from the token, never
@@ -26,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import HTTPException, Request
 
@@ -40,6 +49,17 @@ ROLE_ORDER = (Role.ADMIN, Role.OPERATOR, Role.MEMBER, Role.VIEWER)
 #: How often a token's ``last_used_at`` is written at most (a write per GET would
 #: take SQLite's write lock for every read).
 LAST_USED_EVERY_S = 60.0
+#: The dashboard's session cookie, and the only methods it authenticates (see above).
+SESSION_COOKIE = "grace_session"
+COOKIE_METHODS = frozenset({"GET", "HEAD"})
+
+
+class SessionLookup(Protocol):
+    """Where sessions live (``control.dashboard.session.Sessions``): id -> token text."""
+
+    def token_for(self, session_id: str, now: float) -> str | None: ...
+
+    def end(self, session_id: str) -> None: ...
 
 
 class PrincipalKind(StrEnum):
@@ -91,6 +111,8 @@ class Authenticator:
         self.hint = admin_token_hint
         self._used: dict[str, float] = {}
         self._lock = threading.Lock()
+        #: set by ``control.dashboard``; without it a session cookie authenticates nothing
+        self.sessions: SessionLookup | None = None
 
     def how_to_get_one(self) -> str:
         where = (f"; `grace up` wrote the first admin token to {self.hint}" if self.hint
@@ -105,8 +127,26 @@ class Authenticator:
 
     def identify(self, request: Request) -> Principal:
         presented = _bearer(request)
+        sessions = self.sessions
+        session = request.cookies.get(SESSION_COOKIE) if sessions is not None else None
+        if presented is None and sessions is not None and session:
+            if request.method not in COOKIE_METHODS:
+                raise self.refuse(f"a dashboard session cookie authenticates reads only "
+                                  f"(GET, HEAD), not {request.method}")
+            presented = sessions.token_for(session, self.clock())
+            if presented is None:
+                raise self.refuse("this dashboard session has ended; sign in again")
+            try:
+                return self.principal_for(presented)
+            except HTTPException:
+                sessions.end(session)  # its token was revoked or expired: so is the session
+                raise
         if presented is None:
             raise self.refuse("no token")
+        return self.principal_for(presented)
+
+    def principal_for(self, presented: str) -> Principal:
+        """The caller ``presented`` (a token's text) names; 401 saying why when none."""
         now = self.clock()
         try:
             if presented.startswith(tokens.JOB_PREFIX):
@@ -197,5 +237,6 @@ def principal_of(request: Request) -> Principal | None:
     return value if isinstance(value, Principal) else None
 
 
-__all__ = ["ROLE_ORDER", "Authenticator", "Principal", "PrincipalKind", "forbidden",
-           "job_requirement", "principal_of", "requirement", "role_names"]
+__all__ = ["COOKIE_METHODS", "ROLE_ORDER", "SESSION_COOKIE", "Authenticator", "Principal",
+           "PrincipalKind", "SessionLookup", "forbidden", "job_requirement", "principal_of",
+           "requirement", "role_names"]

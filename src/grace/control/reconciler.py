@@ -163,7 +163,12 @@ class Reconciler:
         report.pending = len(view.state.pending) - len(result.starts)
         report.running = len(view.state.running) + len(result.starts)
         report.seconds = time.perf_counter() - t0
+        if self.on_cycle is not None:
+            self.on_cycle(report.seconds)
         return report
+
+    #: told each cycle's seconds (``grace up``: the ``grace_reconcile_cycle_seconds`` histogram)
+    on_cycle: Callable[[float], None] | None = None
 
     #: cloud bursting (grace.control.bursting.LiveBursting), when the operator attached one
     bursting: LiveBursting | None = None

@@ -66,6 +66,8 @@ from grace.core.health import HealthTable
 from grace.core.policies import get_policy
 from grace.core.stragglers import StragglerDetector
 from grace.core.topology import Topology
+from grace.observe.hub import Observability
+from grace.observe.runbook_spec import RunbookSpec, load_runbook
 from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import ClusterSpec
 from grace.spec.errors import SpecError, SpecProblem
@@ -107,6 +109,8 @@ class ServerConfig:
     # wraps each job's checkpoint data key: keyfile:PATH; None: keyfile:<state_dir>/kek.key, made
     # (mode 0600) on first start, so every live job's checkpoints are encrypted (docs/security.md)
     kms: str | None = None
+    runbook: Path | None = None  # kind: runbook; None: the shipped one (docs/runbooks.md)
+    metrics_refresh_s: float = 10.0  # /metrics renders in the background at most this often
 
 
 class StoreInUse(RuntimeError):
@@ -215,6 +219,7 @@ class ControlPlane:
     reconciler: Reconciler
     lock: SqliteLock | None = None  # SQLite: held for the life of the process
     admission: Admission | None = None  # vetted code: the API's submit check, the launch check
+    runbook: RunbookSpec | None = None  # --runbook, checked before anything starts
 
 
 def assemble(cfg: ServerConfig) -> ControlPlane:
@@ -233,6 +238,7 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     # relative script paths are the jobs' own: both backends run them from this cwd
     admission = load_admission_for(cfg.admission, Path.cwd()) if cfg.admission else None
     kms = make_kms(cfg)  # a bad key file: KMSError, before anything starts
+    runbook = load_runbook(cfg.runbook) if cfg.runbook else None  # a bad file: SpecError
     topo = Topology.from_spec(spec)
     url = store_url(cfg)
     lock = claim_sqlite(url)  # before the store is opened: a refused second one writes nothing
@@ -251,7 +257,7 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     if bursting is not None:
         provider = LocalDelayedProvider(LiveBursting.pool_nodes(spec, bursting), reconciler.clock)
         reconciler.bursting = LiveBursting(bursting, spec, topo, provider)
-    return ControlPlane(store, backend, topo, reconciler, lock, admission)
+    return ControlPlane(store, backend, topo, reconciler, lock, admission, runbook)
 
 
 def make_kms(cfg: ServerConfig) -> KeyEncryptionService:
@@ -556,7 +562,13 @@ def serve(cfg: ServerConfig) -> None:
                      auth=Authenticator(plane.store, admin_token_hint=str(token_file)),
                      allow_inject=cfg.allow_inject, admission=plane.admission,
                      access_log=cfg.state_dir / "access.log",
+                     observability=Observability(plane.store, plane.topo, cfg.state_dir,
+                                                 refresh_s=cfg.metrics_refresh_s,
+                                                 runbook=plane.runbook),
                      status=(lambda: {"isolation": report()}) if callable(report) else None)
+    obs: Observability = app.state.observability
+    plane.reconciler.on_cycle = obs.metrics.cycle_seconds.observe
+    obs.start()  # renders /metrics and evaluates the runbook off the request path
     previous = _stop_on(signal.default_int_handler)
     try:
         keeper.start_up(force=plane.lock is not None)
@@ -567,6 +579,7 @@ def serve(cfg: ServerConfig) -> None:
         pass
     finally:
         _stop_on(_already_stopping)
+        obs.stop()
         try:
             keeper.shutdown()
         finally:

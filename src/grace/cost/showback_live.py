@@ -83,10 +83,13 @@ def _clip(a: float, b: float, since: float, now: float) -> float:
 
 
 def live_usage(session: Session, state_dir: Path, now: float, since: float,
-               rate_of_node: Callable[[str], float]) -> list[JobUsage]:
+               rate_of_node: Callable[[str], float],
+               ended_after: float | None = None) -> list[JobUsage]:
     """One :class:`JobUsage` per job with time in ``[since, now]``; each attempt priced at
-    the rate of its first node's pool."""
-    jobs = session.scalars(select(Job).where((Job.ended_at.is_(None)) | (Job.ended_at >= since))
+    the rate of its first node's pool. ``ended_after`` leaves out jobs that ended before it
+    (``/metrics`` counts an ended job once, then reads only the jobs still changing)."""
+    after = since if ended_after is None else max(since, ended_after)
+    jobs = session.scalars(select(Job).where((Job.ended_at.is_(None)) | (Job.ended_at >= after))
                            .order_by(Job.id)).all()
     from grace.control.live.context import JobDirs
     from grace.control.store.repository import store_id

@@ -450,6 +450,9 @@ class Checkpointer:
         self._pending: _Save | None = None
         self.last_committed: int | None = None
         self.last_error: str | None = None
+        # rank 0's committed saves not yet reported, {"step", "seconds", "bytes"}: the session
+        # sends them in its next heartbeat (grace_checkpoint_save_seconds on /metrics)
+        self.saves_to_report: list[dict[str, Any]] = []
         self.root.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ state dicts
@@ -570,6 +573,11 @@ class Checkpointer:
             return {"encrypted": False}
         return {"encrypted": True, "cipher": CIPHER, "key_id": self.key.id}
 
+    def take_saves(self) -> list[dict[str, Any]]:
+        """The committed saves since the last call (rank 0's; empty on the others)."""
+        taken, self.saves_to_report = self.saves_to_report, []
+        return taken
+
     def release(self, ok: bool) -> None:
         """Resolve the pending save's gate: commit it (``ok``) or throw it away."""
         job = self._pending
@@ -685,6 +693,8 @@ class Checkpointer:
             shutil.rmtree(job.tmp, ignore_errors=True)
             return False, repr(e)
         prune(self.root, self.keep)
+        self.saves_to_report.append({"step": job.step, "seconds": manifest["save_s"],
+                                     "bytes": sum(int(f["size"]) for f in files.values())})
         return True, None
 
     # ------------------------------------------------------------------ loading

@@ -148,6 +148,7 @@ class Runtime:
         self._finished = False
         self._warmed = False
         self.checkpoint_block_s: list[float] = []
+        self._last_record: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ loop API
 
@@ -209,7 +210,7 @@ class Runtime:
         phases = self.timers.collect()
         record = self._window.add(self.step, mean_loss, tokens, step_s, phases, time.monotonic())
         if record is not None:
-            self.heartbeats.add(record)
+            self.heartbeats.add(self._with_saves(record))
         if verdict is not None and verdict.diverged:
             self._diverged(verdict.reason)
         suspect = verdict is not None and verdict.suspect
@@ -362,10 +363,22 @@ class Runtime:
 
     def _close(self) -> None:
         record = self._window.flush(time.monotonic())
+        if record is None and self.checkpointer.saves_to_report and self._last_record is not None:
+            # the final checkpoint came after the last record: repeat it, zero steps, to carry it
+            record = {**self._last_record, "steps": 0, "at": time.time()}
         if record is not None:
-            self.heartbeats.add(record)
+            self.heartbeats.add(self._with_saves(record))
         self.heartbeats.close()
         self._stop.uninstall()
+
+    def _with_saves(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with the checkpoints committed since the last one, for the control plane's
+        save-time and size histograms (rank 0's saves; the other ranks' records carry none)."""
+        saves = self.checkpointer.take_saves()
+        if saves:
+            record = {**record, "checkpoints": saves}
+        self._last_record = record
+        return record
 
     def __enter__(self) -> Runtime:
         return self
