@@ -5,7 +5,9 @@ What the issue asks to see, through Prometheus' own HTTP API and PromQL:
 - the cluster's GPU count (``sum(grace_gpus)`` is lab.yaml's 12);
 - the running 2-node DDP job's all-reduce seconds rising between two queries;
 - the runbook's ``NodeDrained`` alert firing (``ALERTS{alertstate="firing"}``) after
-  a node is drained, from the rules ``grace runbooks --prometheus`` generates.
+  a node is drained, from the rules ``grace runbooks --prometheus`` generates, and
+  Grace's own evaluation (``/alerts``) agreeing;
+- ``grace why`` on the running job naming its bottleneck and the action, at 80 columns.
 
 Prometheus scrapes with a viewer token from a file, as deploy/prometheus/prometheus.yml
 does. Skipped without the ``prometheus`` binary, except under ``GRACE_TEST_PROMETHEUS=1``
@@ -144,6 +146,14 @@ def test_prometheus_scrapes_a_live_grace_and_fires_a_runbook_alert(tmp_path: Pat
             later = wait_for(prom, allreduce, lambda r: bool(r) and float(r[0]["value"][1]) > before,
                              60, "the job's all-reduce seconds did not rise")
             assert float(later[0]["value"][1]) > before
+            why = subprocess.run([sys.executable, "-m", "grace.cli.main", "why", jid], cwd=REPO,
+                                 capture_output=True, text=True, timeout=60, env={
+                                     **os.environ, "GRACE_URL": server.url,
+                                     "GRACE_TOKEN": server.token or "", "COLUMNS": "80"})
+            assert why.returncode == 0, why.stderr
+            assert "is running:" in why.stdout and "-bound" in why.stdout, why.stdout
+            assert "what to do" in why.stdout
+            assert max(len(line) for line in why.stdout.splitlines()) <= 80, why.stdout
             drained = httpx.post(f"{server.url}/nodes/l40s-00/drain", headers=admin, timeout=10,
                                  json={"reason": "fan failure: e2e"})
             assert drained.status_code == 200, drained.text

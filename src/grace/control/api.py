@@ -418,7 +418,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         except OSError as e:  # a full disk is the operator's to fix, not a crash
             failure = describe_failure(e)
             raise HTTPException(failure.status, detail=failure.detail) from e
-        obs.telemetry.add(job_id, body.attempt, body.rank, body.node, body.records)
+        obs.telemetry.add(job_id, body.attempt, body.rank, body.node, body.records, clock())
 
     @app.post("/jobs/{job_id}/inject", responses=errors(*WRITE, 404, *BODY, 501))
     def inject(job_id: JobId, body: InjectRequest, who: Principal = admin) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -121,8 +122,12 @@ class HeartbeatLog:
         self._lock = threading.Lock()
 
     def add(self, job_id: int, attempt: int, rank: int, node: str,
-            records: Iterable[dict[str, Any]]) -> None:
-        """Fold one batch of one rank's records in (oldest first, as the runtime sends them)."""
+            records: Iterable[dict[str, Any]], received_at: float | None = None) -> None:
+        """Fold one batch of one rank's records in (oldest first, as the runtime sends them).
+
+        ``received_at`` (the API's clock) is when the job was last heard from: the records'
+        own ``at`` is the job's to write, and a job must not hide a hang by dating its
+        records in the future."""
         saves: list[CheckpointSave] = []
         with self._lock:
             job = self._jobs.get(job_id)
@@ -144,6 +149,7 @@ class HeartbeatLog:
                 if rank == 0:
                     saves += _saves(record)
             job.nodes[rank] = node
+            job.last_at = time.time() if received_at is None else received_at
             job.summary = None
         if self.on_checkpoint is not None:
             for save in saves:
@@ -157,7 +163,6 @@ class HeartbeatLog:
             sums[name] = sums.get(name, 0.0) + seconds * steps
         job.latest[rank] = record
         at = _number(record.get("at")) or 0.0
-        job.last_at = max(job.last_at, at)
         if rank != 0:
             return
         step_s = _number(record.get("step_s"))
