@@ -23,6 +23,7 @@ from grace.control.api import create_app
 from grace.control.auth import SESSION_COOKIE
 from grace.control.dashboard.session import MAX_AGE_S, Sessions
 from grace.control.reconciler import Reconciler
+from grace.control.store import audit
 from grace.control.store.db import Store
 from grace.core.decisions import NEXT_STEP, PendingReason
 from grace.core.policies import get_policy
@@ -129,6 +130,9 @@ def test_opening_a_page_with_a_token_signs_in_and_takes_the_token_out_of_the_url
     page = browser.get("/ui/queue")  # the cookie alone now
     assert page.status_code == 200 and "ada · viewer" in page.text
     assert token not in page.text
+    with world.store.read() as s:  # the sign-in is in the audit trail, with its actor
+        started = [e for e in audit.entries_json(s, None, None, "session.start", None, 10, 0)]
+    assert len(started) == 1 and "ada" in started[0]["actor"], started
 
 
 def test_over_https_the_session_cookie_is_secure(world: World) -> None:

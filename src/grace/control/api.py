@@ -651,7 +651,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
 
     install_observe_routes(app, obs, store, viewer, _get)
     # the web dashboard at / (and the files /docs loads); its session cookie reads only
-    install_dashboard(app, store, topo, state_dir, auth, clock)
+    install_dashboard(app, store, topo, state_dir, auth, clock,
+                      writes_allowed=lambda: leadership is None or leadership.get().leading)
     install_store_errors(app)
     document(app, {("POST", "/jobs"): JobSubmission})
     app.add_middleware(RequestAudit, store=store, clock=clock,

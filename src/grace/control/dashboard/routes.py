@@ -24,6 +24,7 @@ from grace.control.dashboard import assets, cluster_view, job_view, tenant_view
 from grace.control.dashboard.render import page
 from grace.control.dashboard.session import Sessions
 from grace.control.dashboard.signin import PageRefused, SignedIn, page_principal, refused, signed_in
+from grace.control.store import audit
 from grace.control.store.db import Store
 from grace.control.store.models import Role
 from grace.core.topology import Topology
@@ -108,8 +109,11 @@ def add_routes(app: FastAPI, store: Store, topo: Topology, state_dir: Path,
 
 
 def install_dashboard(app: FastAPI, store: Store, topo: Topology, state_dir: Path,
-                      auth: Authenticator, clock: Callable[[], float]) -> Sessions:
-    """Add the dashboard to ``app`` and let ``auth`` accept its session cookie (for reads)."""
+                      auth: Authenticator, clock: Callable[[], float],
+                      writes_allowed: Callable[[], bool] = lambda: True) -> Sessions:
+    """Add the dashboard to ``app`` and let ``auth`` accept its session cookie (for reads).
+    Each sign-in is audited (``session.start``, its actor the token's), where this process
+    may write: a standby writes nothing, so its sign-ins are in its access log only."""
     sessions = Sessions()
     auth.sessions = sessions
     app.state.dashboard_sessions = sessions
@@ -119,8 +123,13 @@ def install_dashboard(app: FastAPI, store: Store, topo: Topology, state_dir: Pat
         assert isinstance(exc, PageRefused)
         return refused(request, exc, auth.hint)
 
-    async def _signed_in(_: Request, exc: Exception) -> Response:
+    async def _signed_in(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SignedIn)
+        who = getattr(request.state, "principal", None)
+        if who is not None and writes_allowed():
+            audit.record(store, who.actor, audit.AuditAction.SESSION_START,
+                         audit.token_target(who.token_id), audit.AuditOutcome.OK, clock(),
+                         who.token_id, {"secure": exc.secure})
         return signed_in(exc)
 
     app.add_exception_handler(PageRefused, _refused)

@@ -113,6 +113,7 @@ class AuditAction(StrEnum):
     BREAKER_RESET = "breaker.reset"
     TOKEN_CREATE = "token.create"
     TOKEN_REVOKE = "token.revoke"
+    SESSION_START = "session.start"  # a browser signed in to the dashboard with a token
     API_REQUEST = "api.request"  # one mutating API request, whatever it did
 
 
