@@ -268,3 +268,15 @@ def served(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def lab_reconciler(store: Store, state_dir: Path, clock: FakeClock) -> Any:
+    """A reconciler on the lab cluster over ``store``, a scripted backend and ``clock``: the
+    world the API's role, dashboard and metrics tests build their app on."""
+    from grace.control.reconciler import Reconciler
+    from grace.core.policies import get_policy
+    from grace.core.topology import Topology
+
+    spec = load_cluster(LAB)
+    return Reconciler(store, ScriptedBackend(spec), Topology.from_spec(spec), get_policy("grace"),
+                      state_dir, clock=clock)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import LAB, FakeClock, ScriptedBackend, make_token
+from helpers import LAB, FakeClock, lab_reconciler, make_token
 
 from grace.control.api import create_app
 from grace.control.auth import SESSION_COOKIE
@@ -26,7 +26,6 @@ from grace.control.reconciler import Reconciler
 from grace.control.store import audit
 from grace.control.store.db import Store
 from grace.core.decisions import NEXT_STEP, PendingReason
-from grace.core.policies import get_policy
 from grace.core.topology import Topology
 from grace.observe.alerts import Alert, AlertState
 from grace.observe.runbook_spec import Severity
@@ -65,12 +64,9 @@ class World:
 
 @pytest.fixture
 def world(store: Store, tmp_path: Path) -> World:
-    spec = load_cluster(LAB)
-    topo = Topology.from_spec(spec)
     clock = FakeClock()
-    rec = Reconciler(store, ScriptedBackend(spec), topo, get_policy("grace"),
-                     tmp_path / "state", clock=clock)
-    app = create_app(store, topo, tmp_path / "state", rec, rec.backend, clock=clock,
+    rec = lab_reconciler(store, tmp_path / "state", clock)
+    app = create_app(store, rec.topo, tmp_path / "state", rec, rec.backend, clock=clock,
                      access_log=tmp_path / "access.log")
     admin = make_token(store, "admin")
     api = TestClient(app, headers={"Authorization": f"Bearer {admin}"})

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import LAB, FakeClock, ScriptedBackend, make_token
+from helpers import FakeClock, lab_reconciler, make_token
 from prometheus_client.parser import text_string_to_metric_families
 
 from grace.backends.base import AttemptStatus
@@ -22,11 +22,8 @@ from grace.control.live.context import job_dirs
 from grace.control.reconciler import Reconciler
 from grace.control.store import tokens
 from grace.control.store.db import Store
-from grace.core.policies import get_policy
-from grace.core.topology import Topology
 from grace.observe.gpu import GpuTelemetry
 from grace.observe.hub import Observability
-from grace.spec.loader import load_cluster
 
 
 class FakeNvml:
@@ -134,11 +131,10 @@ def record(step: int, at: float, step_s: float = 1.0, steps: int = 10, **phases:
 
 @pytest.fixture
 def plane(store: Store, tmp_path: Path) -> Plane:
-    spec = load_cluster(LAB)
-    topo = Topology.from_spec(spec)
     clock = FakeClock()
     state = tmp_path / "state"
-    rec = Reconciler(store, ScriptedBackend(spec), topo, get_policy("grace"), state, clock=clock)
+    rec = lab_reconciler(store, state, clock)
+    topo = rec.topo
     obs = Observability(store, topo, state, clock, refresh_s=0.0,
                         gpus=GpuTelemetry(lambda: FakeNvml(), hostname="a100-00"))
     rec.on_cycle = obs.metrics.cycle_seconds.observe

@@ -19,15 +19,13 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from helpers import LAB, FakeClock, ScriptedBackend, make_token
+from helpers import LAB, FakeClock, lab_reconciler, make_token
 
 from grace.control.api import create_app
 from grace.control.live.context import job_dirs
-from grace.control.reconciler import Reconciler
 from grace.control.store import audit, tokens
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
-from grace.core.policies import get_policy
 from grace.core.topology import Topology
 from grace.spec.loader import load_cluster
 
@@ -53,12 +51,9 @@ def _job(tenant: str, name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def world(store: Store, tmp_path: Path) -> World:
-    spec = load_cluster(LAB)
-    topo = Topology.from_spec(spec)
     clock = FakeClock()
-    rec = Reconciler(store, ScriptedBackend(spec), topo, get_policy("grace"),
-                     tmp_path / "state", clock=clock)
-    app = create_app(store, topo, tmp_path / "state", rec, rec.backend, clock=clock,
+    rec = lab_reconciler(store, tmp_path / "state", clock)
+    app = create_app(store, rec.topo, tmp_path / "state", rec, rec.backend, clock=clock,
                      allow_inject=True)
     headers = {"anonymous": {}}
     for caller, role, tenant in [("admin", "admin", None), ("operator", "operator", None),
