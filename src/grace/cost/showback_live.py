@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from grace.control.store.models import Attempt, AttemptState, Job
 from grace.cost.showback import JobUsage
@@ -89,8 +89,9 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
     the rate of its first node's pool. ``ended_after`` leaves out jobs that ended before it
     (``/metrics`` counts an ended job once, then reads only the jobs still changing)."""
     after = since if ended_after is None else max(since, ended_after)
+    # attempts in one query, not one per job (1,000 live jobs: /metrics reads this each minute)
     jobs = session.scalars(select(Job).where((Job.ended_at.is_(None)) | (Job.ended_at >= after))
-                           .order_by(Job.id)).all()
+                           .order_by(Job.id).options(selectinload(Job.attempts))).all()
     from grace.control.live.context import JobDirs
     from grace.control.store.repository import store_id
 
