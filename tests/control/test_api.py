@@ -169,20 +169,24 @@ def test_show_has_attempts_and_events(api: Api) -> None:
 
 
 def test_logs_are_served_per_node_and_attempt(api: Api) -> None:
-    jid = api.submit()
+    jid = api.submit(nodes=2, gpus_per_node=2, gpus=None, gpu_model="A100-80GB")
     assert api.client.get(f"/jobs/{jid}/logs").text == ""
-    adir = api.rec.ctx.dirs.attempt(jid, 1)
-    (adir / "ranks").mkdir(parents=True)
-    (adir / "a100-00.log").write_text("step 10 loss 4.1\nstep 20 loss 3.2\n")
-    (adir / "a100-01.log").write_text("rank 2 ready\n")
     api.rec.cycle()
+    first, second = (n["node"] for n in api.client.get(f"/jobs/{jid}").json()["attempts"][0]["nodes"])
+    adir = api.rec.ctx.dirs.attempt(jid, 1)
+    rank = adir / "ranks" / second / "1-1_x" / "attempt_0" / "0"
+    rank.mkdir(parents=True)
+    (rank / "stdout.log").write_text("rank 2 ready\n")
+    (adir / f"{first}.log").write_text("step 10 loss 4.1\nstep 20 loss 3.2\n")
+    (adir / f"{second}.log").write_text("[default0]:rank 2 ready\n")  # torchrun's copy of it
     text = api.client.get(f"/jobs/{jid}/logs", params={"attempt": 1}).text
-    assert "[a100-00.log] step 20 loss 3.2" in text and "[a100-01.log] rank 2 ready" in text
-    only = api.client.get(f"/jobs/{jid}/logs", params={"attempt": 1, "node": "a100-01"}).text
-    assert only == "[a100-01.log] rank 2 ready\n"
-    tail = api.client.get(f"/jobs/{jid}/logs", params={"attempt": 1, "node": "a100-00",
+    assert text == (f"[{first}/agent] step 10 loss 4.1\n[{first}/agent] step 20 loss 3.2\n"
+                    f"[{second}/rank2] rank 2 ready\n")  # once, labelled node/rank
+    only = api.client.get(f"/jobs/{jid}/logs", params={"attempt": 1, "node": second}).text
+    assert only == f"[{second}/rank2] rank 2 ready\n"
+    tail = api.client.get(f"/jobs/{jid}/logs", params={"attempt": 1, "node": first,
                                                         "tail": 1}).text
-    assert tail == "[a100-00.log] step 20 loss 3.2\n"
+    assert tail == f"[{first}/agent] step 20 loss 3.2\n"
 
 
 # ---------------------------------------------------------------- cancel

@@ -250,14 +250,14 @@ def test_a_two_node_ddp_job_is_placed_run_and_completed(lab: Server) -> None:
     assert [e["kind"] for e in job["events"]] == ["submitted", "placed", "started", "completed"]
 
     logs = lab.get(f"/jobs/{jid}/logs", params={"tail": 100000})
-    for rank in range(4):  # every rank of the gang, from its own log file
-        assert f"rank {rank}/4" in logs
-    rank_files = {line.split("]")[0] for line in logs.splitlines() if "/stdout.log]" in line}
-    assert len(rank_files) == 4, rank_files
+    for rank in range(4):  # every rank of the gang, from its own log file, once
+        assert logs.count(f"rank {rank}/4 ") == 1, logs
+    labels = {line.split("]")[0] + "]" for line in logs.splitlines() if "/rank" in line.split("]")[0]}
+    assert len(labels) == 4, labels
     assert "step 60/60 loss" in logs and "done" in logs
     for node, gpus in nodes.items():
         own = lab.get(f"/jobs/{jid}/logs", params={"node": node, "tail": 100000})
-        assert own and all(line.startswith(f"[{node}.log]") for line in own.splitlines())
+        assert own and all(line.startswith(f"[{node}/") for line in own.splitlines())
         assert f"node {node} CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}" in own
     print(f"\n(a) 2x2 DDP job: submitted -> completed in {took:.1f}s")
 

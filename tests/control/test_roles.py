@@ -95,6 +95,7 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, str | int]]] 
     ("GET", "/jobs"): ("/jobs", {}, USERS_READ),
     ("GET", "/jobs/{job_id}"): ("/jobs/{a}", {}, TENANT_A_READ),
     ("GET", "/jobs/{job_id}/logs"): ("/jobs/{a}/logs", {}, TENANT_A_READ),
+    ("GET", "/jobs/{job_id}/logs/follow"): ("/jobs/{a}/logs/follow", {}, TENANT_A_READ),
     ("POST", "/jobs/{job_id}/cancel"): ("/jobs/{cancel}/cancel", {}, MEMBERS_OF_A),
     ("POST", "/jobs/{job_id}/clear-exclusions"): ("/jobs/{a}/clear-exclusions", {}, OPERATORS),
     ("POST", "/jobs/{job_id}/heartbeats"): (

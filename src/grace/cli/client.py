@@ -4,7 +4,8 @@ The server is found through ``GRACE_URL`` (default http://127.0.0.1:8470), and
 every request carries a token: ``GRACE_TOKEN``, else the file ``GRACE_TOKEN_FILE``
 names, else ``.grace/admin.token`` (what ``grace up`` with its default state
 directory writes on first start) when it is there. Every command prints a
-readable table, or JSON with ``--json``.
+readable table that fits the console, also at 80 columns and through a pipe
+(``grace.cli.fit``), or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,21 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.text import Text
 
+from grace.cli.fit import Column, Fit, duration, fit_table
+from grace.cli.jobs_view import (
+    DEFAULT_COLUMNS,
+    FormatError,
+    JobColumn,
+    jobs_table,
+    parse_format,
+    requeued_attempts,
+    shown_reason,
+    wait_run,
+)
+from grace.cli.logs_follow import print_logs
 from grace.control.tls import CA_FILE_ENV, client_verify
 from grace.spec.errors import SpecError
 from grace.spec.loader import load_jobs
@@ -256,28 +269,54 @@ def submit(
         console.print(f"submitted job {o['id']}")
 
 
+#: ``GET /jobs`` answers at most this many jobs per request; ``--all`` pages through
+PAGE = 1000
+FORMAT_HELP = (f"columns to show, comma-separated, from: {', '.join(JobColumn)} "
+               f"(default {', '.join(DEFAULT_COLUMNS)})")
+
+
 def jobs(state: str | None = typer.Option(None, "--state"),
-         tenant: str | None = typer.Option(None, "--tenant"), as_json: bool = JsonOpt) -> None:
-    """List jobs."""
+         tenant: str | None = typer.Option(None, "--tenant"), as_json: bool = JsonOpt,
+         fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
+         limit: int = typer.Option(200, "--limit", min=1, help="show the newest N jobs"),
+         every: bool = typer.Option(False, "--all", help="every job: page through them all")
+         ) -> None:
+    """List jobs, newest first; says on stderr when more exist than it shows."""
+    try:
+        columns = parse_format(fmt)
+    except FormatError as e:
+        err.print(f"[red]invalid[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(code=2) from e
     params = {k: v for k, v in {"state": state, "tenant": tenant}.items() if v}
-    rows = _call("GET", "/jobs", params=params)
+    rows, more = _jobs_pages(params, None if every else limit)
+    if more:
+        err.print(f"showing the newest {len(rows)} jobs; more exist: grace jobs --all shows "
+                  "every one (or --limit N)", soft_wrap=True)
     if as_json:
         print(json.dumps(rows))
         return
-    console.print(jobs_table(rows))
+    attempts = requeued_attempts(rows, lambda jid: _call("GET", f"/jobs/{jid}"))
+    console.print(jobs_table(rows, console.width, columns, attempts))
 
 
-def jobs_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="jobs")
-    for col in ("id", "name", "tenant", "state", "gpus", "attempts", "wait", "run", "reason"):
-        t.add_column(col)
-    now = time.time()
-    for j in rows:
-        wait = (j["started_at"] or now) - j["submitted_at"]
-        run = ((j["ended_at"] or now) - j["started_at"]) if j["started_at"] else 0.0
-        t.add_row(str(j["id"]), j["name"], j["tenant"], j["state"], f"{j['gpus']:g}",
-                  str(j["attempts"]), f"{wait:.0f}s", f"{run:.0f}s", j.get("reason") or "")
-    return t
+def _jobs_pages(params: dict[str, Any], want: int | None) -> tuple[list[dict[str, Any]], bool]:
+    """Up to ``want`` jobs (every job if None), newest first, paged with limit/offset,
+    and whether more exist. A job submitted meanwhile shifts the pages by one: it is
+    seen at most once (by id)."""
+    rows: dict[int, dict[str, Any]] = {}
+    offset = 0
+    while True:
+        size = PAGE if want is None else min(PAGE, want + 1 - len(rows))
+        page = _call("GET", "/jobs", params=params | {"limit": size, "offset": offset})
+        for j in page:
+            rows.setdefault(j["id"], j)
+        offset += len(page)
+        if len(page) < size or (want is not None and len(rows) > want):
+            break
+    listed = list(rows.values())
+    if want is None or len(listed) <= want:
+        return listed, False
+    return listed[:want], True
 
 
 def job(job_id: int, as_json: bool = JsonOpt,
@@ -297,64 +336,86 @@ def job(job_id: int, as_json: bool = JsonOpt,
     if as_json:
         print(json.dumps(j))
         return
-    console.print(f"[bold]job {j['id']}[/bold] {j['name']} ({j['tenant']}): {j['state']}"
-                  + (f" - {j['reason']}" if j.get("reason") else ""))
-    t = Table(title="attempts")
-    for col in ("#", "state", "nodes", "exit", "cause", "resumed from"):
-        t.add_column(col)
-    for a in j["attempts"]:
-        nodes = ", ".join(f"{n['node']}:{','.join(map(str, n['gpus']))}" for n in a["nodes"])
-        t.add_row(str(a["number"]), a["state"], nodes, str(a["exit_code"]),
-                  a.get("failure_kind") or "", a.get("resumed_from") or "")
-    console.print(t)
+    _show_job(j)
+
+
+def _gpu_ranges(gpus: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` as ``0-3,6``: a node's GPUs in few cells."""
+    runs: list[list[int]] = []
+    for g in sorted(set(gpus)):
+        if runs and runs[-1][-1] + 1 == g:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _detail(detail: Any) -> str:
+    """An event's detail in full, as ``key=value`` pairs (strings as they are, the rest as
+    JSON): read in a wrapped column, not JSON cut at 80 characters."""
+    if not detail:
+        return ""
+    if not isinstance(detail, dict):
+        return detail if isinstance(detail, str) else json.dumps(detail)
+    return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                     for k, v in detail.items())
+
+
+def _show_job(j: dict[str, Any]) -> None:
+    """``grace job N``: every table fits the console; what a user needs is never cut
+    (states, exit codes, reasons and event details wrap instead)."""
+    width = console.width
+    reason = shown_reason(j)
+    head = Text.assemble((f"job {j['id']}", "bold"), f" {j['name']} ({j['tenant']}): ",
+                         (j["state"], "bold"), f" - {reason}" if reason else "")
+    console.print(head)
+    wait, run = wait_run(j, j.get("attempts"), time.time())
+    tries = len(j.get("attempts") or [])
+    console.print(f"wait {duration(wait)}, run {duration(run) if tries else '-'}"
+                  f" over {tries} attempt{'' if tries == 1 else 's'}")
+    now = time.time()
+    console.print(fit_table(
+        [Column("#", justify="right"), Column("state"), Column("nodes", Fit.WRAP),
+         Column("exit", justify="right"), Column("run", justify="right"),
+         Column("cause", Fit.WRAP), Column("resumed from", Fit.WRAP)],
+        [[str(a["number"]), a["state"],
+          ", ".join(f"{n['node']}:{_gpu_ranges(n['gpus'])}" for n in a["nodes"] or ()),
+          "-" if a["exit_code"] is None else str(a["exit_code"]),
+          duration((a.get("ended_at") or j.get("ended_at") or now) - a["started_at"]),
+          a.get("failure_kind") or "", a.get("resumed_from") or ""]
+         for a in j["attempts"]], width, title="attempts"))
     if j.get("excluded_nodes"):
-        x = Table(title="excluded nodes (grace job N --clear-exclusions lifts them)")
-        for col in ("node", "why", "until"):
-            x.add_column(col)
+        rows = []
         for ex in j["excluded_nodes"]:
             until = ("back in service" if ex.get("until") is None else
                      time.strftime("%m-%d %H:%M", time.localtime(ex["until"])) + " or back")
-            x.add_row(ex["node"], ex.get("reason") or "", until)
-        console.print(x)
+            rows.append([ex["node"], ex.get("reason") or "", until])
+        console.print(fit_table(
+            [Column("node"), Column("why", Fit.WRAP), Column("until")], rows, width,
+            title="excluded nodes (grace job N --clear-exclusions lifts them)"))
     if j.get("progress"):
-        p = Table(title="progress (newest heartbeat per rank)")
-        for col in ("rank", "node", "step", "loss", "tokens/s", "phases (s per step)"):
-            p.add_column(col)
+        rows = []
         for rank, rec in sorted(j["progress"].items()):
             phases = ", ".join(f"{k} {v:.3f}" for k, v in (rec.get("phases") or {}).items())
-            p.add_row(rank, str(rec.get("node", "")), str(rec.get("step", "")),
-                      f"{rec.get('loss', float('nan')):.4f}" if rec.get("loss") is not None else "",
-                      f"{rec.get('tokens_per_s', 0):.0f}", phases)
-        console.print(p)
-    e = Table(title="events")
-    e.add_column("at")
-    e.add_column("event")
-    e.add_column("detail")
-    for ev in j["events"]:
-        e.add_row(time.strftime("%H:%M:%S", time.localtime(ev["at"])), ev["kind"],
-                  json.dumps(ev["detail"])[:80] if ev["detail"] else "")
-    console.print(e)
+            rows.append([rank, str(rec.get("node", "")), str(rec.get("step", "")),
+                         f"{rec['loss']:.4f}" if rec.get("loss") is not None else "",
+                         f"{rec.get('tokens_per_s', 0):.0f}", phases])
+        console.print(fit_table(
+            [Column("rank"), Column("node"), Column("step", justify="right"),
+             Column("loss", justify="right"), Column("tokens/s", justify="right"),
+             Column("phases (s per step)", Fit.WRAP)], rows, width,
+            title="progress (newest heartbeat per rank)"))
+    console.print(fit_table(
+        [Column("at"), Column("event"), Column("detail", Fit.WRAP, min_width=20)],
+        [[time.strftime("%H:%M:%S", time.localtime(ev["at"])), ev["kind"], _detail(ev["detail"])]
+         for ev in j["events"]], width, title="events"))
 
 
 def logs(job_id: int, follow: bool = typer.Option(False, "-f", "--follow"),
          attempt: int | None = typer.Option(None, "--attempt"),
          node: str | None = typer.Option(None, "--node")) -> None:
-    """Print a job's logs (per node and rank); -f follows them."""
-    params = {k: v for k, v in {"attempt": attempt, "node": node}.items() if v is not None}
-    seen = 0
-    while True:
-        text = _call("GET", f"/jobs/{job_id}/logs", params=params | {"tail": 100000})
-        lines = text.splitlines()
-        for line in lines[seen:]:
-            print(line)
-        seen = len(lines)
-        sys.stdout.flush()
-        if not follow:
-            return
-        state = _call("GET", f"/jobs/{job_id}")["state"]
-        if state not in ("pending", "running"):
-            return
-        time.sleep(1.0)
+    """Print a job's logs, each line once as [node/rankN]; -f follows them, restarts too."""
+    print_logs(_call, job_id, follow=follow, attempt=attempt, node=node)
 
 
 def cancel(job_id: int, as_json: bool = JsonOpt) -> None:
@@ -373,15 +434,18 @@ def nodes(as_json: bool = JsonOpt) -> None:
         b = _call("GET", "/health/breaker")
         console.print(f"[bold red]automatic draining is stopped[/bold red]: {b.get('message', '')}"
                       "\n(reset it with: grace resume --reset-breaker)")
-    t = Table(title="nodes")
-    for col in ("name", "gpu", "gpus", "state", "reason", "by", "jobs kept off"):
-        t.add_column(col)
+    table = []
     for n in rows:
         kept = ", ".join(str(e["job"]) for e in n.get("excluded_nodes") or ())
         state = n["state"] + (" (lemon)" if n.get("lemon") else "")
-        t.add_row(n["name"], n["gpu_model"], str(n["gpus"]), state, n["reason"] or "",
-                  n["actor"] or "", kept)
-    console.print(t)
+        table.append([n["name"], n["gpu_model"], str(n["gpus"]), state, n["reason"] or "",
+                      n["actor"] or "", kept])
+    # names, models and states whole (a drain names the node); a reason on one line, and
+    # in full under the table where it was cut: there is no `grace node N` to read it in
+    console.print(fit_table(
+        [Column("name"), Column("gpu"), Column("gpus", justify="right"), Column("state"),
+         Column("reason", Fit.NOTE, min_width=16, weight=3), Column("by", Fit.MIDDLE),
+         Column("jobs kept off", Fit.WRAP)], table, console.width, title="nodes"))
 
 
 def drain(node: str, reason: str = typer.Option(..., "--reason"),

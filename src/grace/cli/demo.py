@@ -25,9 +25,9 @@ import httpx
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
-from grace.cli.client import jobs_table
+from grace.cli.fit import Column, duration, fit_table
+from grace.cli.jobs_view import jobs_table, requeued_attempts, wait_run
 from grace.spec.loader import load_jobs
 
 console = Console()
@@ -86,7 +86,8 @@ def demo(
                       f"with the admin token)")
         whys: dict[str, dict] = {}
         rows = _follow(url, timeout_s, admin, whys)
-        _summary(rows)
+        _summary(rows, requeued_attempts(
+            rows, lambda jid: httpx.get(f"{url}/jobs/{jid}", headers=admin).json()))
         _explain(whys)
         failed = [r for r in rows if r["state"] != "completed"]
         if failed:
@@ -137,7 +138,9 @@ def _follow(url: str, timeout_s: float, headers: dict[str, str],
     with Live(console=console, refresh_per_second=2) as live:
         while time.time() < deadline:
             rows = httpx.get(f"{url}/jobs", headers=headers).json()
-            live.update(jobs_table(rows))
+            attempts = requeued_attempts(
+                rows, lambda jid: httpx.get(f"{url}/jobs/{jid}", headers=headers).json())
+            live.update(jobs_table(rows, console.width, attempts=attempts))
             if rows and all(r["state"] in ENDED for r in rows):
                 break
             for r in rows:
@@ -163,25 +166,25 @@ def _explain(whys: dict[str, dict]) -> None:
                           f"[bold]{why['reason']}[/bold]: {why['action']}")
 
 
-def _summary(rows: list[dict]) -> None:
+def _summary(rows: list[dict], attempts: dict[int, list] | None = None) -> None:
+    """Jobs by state, wait and run times (people's units, totals over each job's attempts
+    as ``grace jobs`` shows them) and GPU-hours per tenant, each line within the console."""
     by_tenant: dict[str, float] = defaultdict(float)
     waits, runs = [], []
+    now = time.time()
     for r in rows:
         if r["started_at"]:
-            waits.append(r["started_at"] - r["submitted_at"])
-            end = r["ended_at"] or time.time()
-            runs.append(end - r["started_at"])
-            by_tenant[r["tenant"]] += r["gpus"] * (end - r["started_at"]) / 3600
+            wait, run = wait_run(r, (attempts or {}).get(r["id"]), now)
+            waits.append(wait)
+            runs.append(run)
+            by_tenant[r["tenant"]] += r["gpus"] * run / 3600
     states: dict[str, int] = defaultdict(int)
     for r in rows:
         states[r["state"]] += 1
     console.print(f"jobs: {len(rows)} ({', '.join(f'{n} {s}' for s, n in states.items())})")
     if waits:
-        console.print(f"wait: avg {sum(waits) / len(waits):.1f} s, max {max(waits):.1f} s; "
-                      f"run: avg {sum(runs) / len(runs):.1f} s, max {max(runs):.1f} s")
-    t = Table(title="GPU-hours per tenant")
-    t.add_column("tenant")
-    t.add_column("GPU-hours", justify="right")
-    for tenant, gh in sorted(by_tenant.items()):
-        t.add_row(tenant, f"{gh:.4f}")
-    console.print(t)
+        console.print(f"wait: avg {duration(sum(waits) / len(waits))}, max {duration(max(waits))}; "
+                      f"run: avg {duration(sum(runs) / len(runs))}, max {duration(max(runs))}")
+    console.print(fit_table([Column("tenant"), Column("GPU-hours", justify="right")],
+                            [[t, f"{gh:.4f}"] for t, gh in sorted(by_tenant.items())],
+                            console.width, title="GPU-hours per tenant"))

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.text import Text
+
+from grace.cli.fit import Cell, Column, fit_table
 
 console = Console()
 err = Console(stderr=True)
@@ -47,7 +49,7 @@ def showback(
             err.print("[yellow]note[/yellow] --prices applies to twin mode; the server prices "
                       "with its own price book")
         report = _live(since)
-    console.print(_table(report))
+    console.print(_table(report, console.width))
     if json_out:
         from grace.cli.simulate import _write_json
 
@@ -86,26 +88,27 @@ def _twin(cluster: Path, trace: Path, fmt: str, prices: Path | None,
     return make_showback(usages, now, capacity_gpus=inp.topo.total_gpus)
 
 
-def _table(report: dict[str, Any]) -> Table:
-    t = Table(title="Showback by tenant")
-    cols = ("tenant", "jobs", "GPU-h", "useful", "useful %", "failures", "data/sync",
-            "queue h", "cost", "lost $")
-    for c in cols:
-        t.add_column(c, justify="left" if c == "tenant" else "right")
+#: Showback's columns: the tenant and every figure whole (it is what the table is about).
+#: At 80 columns the ten do not fit side by side; ``fit_table`` then deals them into two
+#: tables that each repeat the tenant, instead of cutting every header and figure.
+COLUMNS = [Column("tenant"), *(Column(c, justify="right") for c in (
+    "jobs", "GPU-h", "useful", "useful %", "failures", "data/sync", "queue h", "cost",
+    "lost $"))]
 
-    def row(name: str, f: dict[str, float]) -> list[str]:
+
+def _table(report: dict[str, Any], width: int = 80) -> RenderableType:
+    def row(name: Cell, f: dict[str, float]) -> list[Cell]:
         lost = f["failure_usd"] + f["data_sync_usd"] + f["checkpoint_usd"]
         return [name, f"{f['jobs']:,.0f}", f"{f['allocated_gpu_hours']:,.1f}",
                 f"{f['useful_gpu_hours']:,.1f}", f"{100 * f['useful_share']:.1f}%",
                 f"{f['failure_gpu_hours']:,.1f}", f"{f['data_sync_gpu_hours']:,.1f}",
                 f"{f['queue_hours']:,.1f}", f"${f['allocated_usd']:,.0f}", f"${lost:,.0f}"]
 
-    for name, f in report["tenants"].items():
-        t.add_row(*row(name, f))
-    t.add_row(*row("[bold]cluster[/bold]", report["totals"]))
+    rows = [row(name, f) for name, f in report["tenants"].items()]
+    rows.append(row(Text("cluster", style="bold"), report["totals"]))
     windows = ", ".join(f"{k}: {100 * w['effective_utilization']:.1f}%"
                         for k, w in report["windows"].items()
                         if w.get("effective_utilization") is not None)
-    if windows:
-        t.caption = f"effective utilization (useful GPU-h / GPU-h available): {windows}"
-    return t
+    caption = (f"effective utilization (useful GPU-h / GPU-h available): {windows}"
+               if windows else None)
+    return fit_table(COLUMNS, rows, width, title="Showback by tenant", caption=caption)

@@ -37,8 +37,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grace.backends.isolation import read_job_file, read_job_json
+from grace.backends.isolation import read_job_json
 from grace.backends.local_agent import write_json_atomic
+from grace.control import log_reader
 from grace.control.access_log import AccessLog
 from grace.control.admission import Admission, AdmissionRefused, admit
 from grace.control.api_contract import (
@@ -65,7 +66,7 @@ from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.errors import Fenced
 from grace.control.store.lease import Leadership
-from grace.control.store.models import Job, JobState, Role
+from grace.control.store.models import LIVE_ATTEMPT_STATES, Job, JobState, Role
 from grace.control.store.writability import describe_failure, probe_write
 from grace.core.health import IllegalTransition, Signal, SignalKind
 from grace.core.jobs import JobCompileError
@@ -379,24 +380,70 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
              responses=errors(*READ, 404))
     def logs(job_id: JobId, attempt: int | None = Query(None, ge=1, le=MAX_INT32),
              node: str | None = Query(None, max_length=MAX_NAME_CHARS),
-             tail: int = Query(200, ge=1, le=1_000_000, description="lines per log file"),
+             tail: int = Query(200, ge=1, le=1_000_000, description="lines per source"),
              who: Principal = viewer) -> str:
+        """The last ``tail`` lines of each node's agent and each rank, ``[node/rankN] line``
+        (each line once: see ``log_reader``); ``/jobs/N/logs/follow`` reads from offsets."""
         with store.read() as s:
             job = _get(s, job_id, who)
             number = attempt or job.attempts_count
+            placement = next((a.placement_json for a in job.attempts if a.number == number), [])
         adir = dirs().attempt(job_id, number)
         if not adir.is_dir():
             return ""
-        files = sorted(p for p in adir.rglob("*.log") if node is None or node in p.name)
         owner = os.lstat(adir).st_uid  # the job's uid: a link or FIFO it planted is skipped
-        lines: list[str] = []
-        for f in files:
-            raw = read_job_file(f, owner, max_bytes=LOG_BYTES_PER_FILE)
-            if raw is None:
-                continue
-            text = raw.decode(errors="replace").splitlines()
-            lines += [f"[{f.relative_to(adir)}] {line}" for line in text[-tail:]]
-        return "\n".join(lines[-tail * max(1, len(files)):]) + ("\n" if lines else "")
+        lines = log_reader.tail(adir, log_reader.sources(adir, placement, node), owner, tail,
+                                LOG_BYTES_PER_FILE)
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    @app.get("/jobs/{job_id}/logs/follow", responses=errors(*READ, 404))
+    def follow_logs(
+            job_id: JobId,
+            cursor: str | None = Query(None, max_length=log_reader.MAX_CURSOR_CHARS, description=(
+                "the last answer's cursor; none: from the start of the attempt")),
+            attempt: int | None = Query(None, ge=1, le=MAX_INT32, description=(
+                "the attempt (default: the cursor's, else the latest)")),
+            node: str | None = Query(None, max_length=MAX_NAME_CHARS, description="this node only"),
+            who: Principal = viewer) -> dict[str, Any]:
+        """An attempt's new lines since ``cursor``, each once, labelled ``node/rankN`` (or
+        ``node/agent``), in order per file; ``more``: call again at once; ``ended``: the
+        attempt is over and every line of it was returned. See ``log_reader``."""
+        try:
+            at = log_reader.Cursor.decode(cursor) if cursor is not None else None
+        except log_reader.CursorError as e:
+            raise HTTPException(422, detail=[{"field": "query.cursor", "message": str(e)}]) from e
+        if at is not None and at.job != job_id:
+            raise HTTPException(422, detail=[{"field": "query.cursor", "message": (
+                f"this cursor is for job {at.job}, not {job_id}; omit it to read from the start")}])
+        if at is not None and attempt is not None and at.attempt != attempt:
+            raise HTTPException(422, detail=[{"field": "query.cursor", "message": (
+                f"this cursor is for attempt {at.attempt}, not {attempt}; omit one of them")}])
+        with store.read() as s:  # the attempt's state first: if it ended, its files are whole
+            job = _get(s, job_id, who)
+            number = at.attempt if at is not None else attempt or job.attempts_count
+            found = next((a for a in job.attempts if a.number == number), None)
+            out: dict[str, Any] = {
+                "job": job_id, "job_state": str(job.state), "job_ended": job.is_terminal,
+                "attempts": job.attempts_count, "attempt": number or None,
+                "attempt_state": str(found.state) if found else None, "lines": []}
+            placement = list(found.placement_json) if found else []
+            final = found is not None and found.state not in LIVE_ATTEMPT_STATES
+        if found is None and number:
+            raise HTTPException(404, detail=f"job {job_id} has no attempt {number}")
+        if node is not None and found is not None and node not in {e["node"] for e in placement}:
+            raise HTTPException(422, detail=[{"field": "query.node", "message": (
+                f"attempt {number} ran on {', '.join(e['node'] for e in placement)}, not {node}")}])
+        if found is None:  # not started yet: no cursor, the next call picks the attempt then
+            return out | {"cursor": None, "more": False, "ended": out["job_ended"]}
+        at = at or log_reader.Cursor(job_id, number)
+        adir = dirs().attempt(job_id, number)
+        if not adir.is_dir():
+            return out | {"cursor": at.encode(), "more": False, "ended": final}
+        owner = os.lstat(adir).st_uid  # the job's uid: a link or FIFO it planted is skipped
+        chunk = log_reader.follow(adir, log_reader.sources(adir, placement, node), at, owner,
+                                  final=final)
+        return out | {"lines": chunk.lines, "cursor": chunk.cursor.encode(), "more": chunk.more,
+                      "ended": final and chunk.drained}
 
     @app.post("/jobs/{job_id}/heartbeats", status_code=204,
               responses=errors(*AUTH, 404, *BODY, 503, 507))

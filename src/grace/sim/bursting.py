@@ -75,9 +75,13 @@ class PreemptSpot:
 @dataclass(frozen=True, slots=True)
 class CountRentedGpus:
     """GPUs held on rented nodes after this cycle: ``gpu_allocation`` is the owned
-    cluster's, so the metrics leave these out."""
+    cluster's, so the metrics leave these out. ``provisioned_gpus`` and ``usd_per_hour``
+    are the ready rented nodes' GPUs and hourly price once the cycle's releases are done:
+    the report's cloud-GPU and spend-over-time charts (billing is per whole ready node)."""
 
     gpus: float
+    provisioned_gpus: float = 0.0
+    usd_per_hour: float = 0.0
 
 
 #: What ``TwinCloud`` asks the simulation to do (a closed set; ``Simulation`` applies them
@@ -235,10 +239,12 @@ class TwinCloud:
                 fleet.ready[node] = now
                 out.append(self._idle_timer(now))
         self.allocated = allocated
-        out.append(CountRentedGpus(allocated))
         if fleet.ready:
             for rel in plan_releases(self.plan, fleet, now):
                 self.release(rel, now, node_jobs, out)
+        offers = [self.node_offer[n] for n in fleet.ready]
+        out.append(CountRentedGpus(allocated, float(sum(o.gpus_per_node for o in offers)),
+                                   sum(o.gpus_per_node * o.usd_per_gpu_hour for o in offers)))
         if self.spec.enabled and state.pending and now >= self.next_check:
             self.next_check = now + self.spec.check_interval_s
             # closing released nodes first would not change this: the policy counts free

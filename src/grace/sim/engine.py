@@ -181,7 +181,7 @@ class Simulation:
         if config.bursting is not None:
             self.cloud = TwinCloud(config.bursting, topo, config.pool_kinds, config.seed)
             self._apply_cloud_effects(self.cloud.unprovision_all(), 0.0)
-            self.metrics.total_gpus = self.cloud.owned_gpus
+            self.metrics.track_cloud(self.cloud.owned_gpus)
         self._compile(jobs)
         if config.failures is not None:
             self.health = HealthMonitor([n.name for n in topo.nodes], config.health_table)
@@ -504,6 +504,6 @@ class Simulation:
             elif isinstance(e, RouteJob):
                 requeue_with_pools(self.state, e.job_id, e.pools)
             elif isinstance(e, CountRentedGpus):
-                self.metrics.rented_gpus = e.gpus
+                self.metrics.count_cloud(e.gpus, e.provisioned_gpus, e.usd_per_hour)
             else:
                 raise TypeError(f"not a bursting effect: {e!r}")

@@ -6,6 +6,15 @@ Time-weighted figures integrate piecewise-constant state between events:
 ``fragmentation`` is the time-averaged share of GPUs that sat free while jobs
 waited and none of the waiting jobs could use them (measured right after each
 scheduling cycle, when everything placeable has been placed).
+
+The series (sampled about ``SERIES_POINTS`` times, and once more at the end so every
+chart reaches the end of the replay) are what the HTML report draws: owned GPUs in use
+and jobs waiting; GPUs in use per tenant (``SimResult.tenant_series``, owned and rented
+alike, so the tenants add up to everything running); and, in a bursting replay, rented
+GPUs in use, rented GPUs provisioned and cloud spend accrued so far. Spend accrues at the
+ready nodes' hourly price between cycles, as ``sim.bursting`` bills them; the summary's
+``cloud_usd`` also bills nodes still up at the end until their idle timeout, so it can sit
+a little above the series' last value.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ if TYPE_CHECKING:
     from grace.sim.traces.model import TraceJob
 
 SERIES_POINTS = 2000
+#: the bursting replay's series: rented GPUs in use, rented GPUs provisioned, spend so far
+CLOUD_GPUS, CLOUD_PROVISIONED, CLOUD_USD = "cloud_gpus", "cloud_provisioned_gpus", "cloud_usd"
 
 
 @dataclass
@@ -35,6 +46,10 @@ class SimResult:
     queue_s: np.ndarray
     tenants: dict[str, dict[str, float]] = field(default_factory=dict)
     jobs: list[SimJob] = field(default_factory=list)  # per-job records (showback)
+    #: the cluster's own GPUs (rented ones left out): the report's capacity line
+    total_gpus: float = 0.0
+    #: GPUs in use per tenant at each ``series["t_s"]`` sample (zeros before it first ran)
+    tenant_series: dict[str, list[float]] = field(default_factory=dict)
 
 
 class MetricsRecorder:
@@ -60,7 +75,25 @@ class MetricsRecorder:
         self.breaker_trips = 0
         self.rented_gpus = 0.0  # GPUs held on rented cloud nodes: not the cluster's own
         self.series: dict[str, list[float]] = {"t_s": [], "allocated_gpus": [], "queued_jobs": []}
+        self.tenant_series: dict[str, list[float]] = {}
         self._sample_every = 0.0
+        self._cloud = False
+        self._rented_provisioned = 0.0
+        self._usd_per_hour = 0.0
+        self.cloud_usd = 0.0
+        self._state: SchedulerState | None = None
+
+    def track_cloud(self, owned_gpus: int) -> None:
+        """A bursting replay: capacity is the owned GPUs, and the rented ones get series."""
+        self.total_gpus = owned_gpus
+        self._cloud = True
+        self.series |= {CLOUD_GPUS: [], CLOUD_PROVISIONED: [], CLOUD_USD: []}
+
+    def count_cloud(self, in_use: float, provisioned: float, usd_per_hour: float) -> None:
+        """What the rented nodes hold and cost after a cycle (``CountRentedGpus``)."""
+        self.rented_gpus = in_use
+        self._rented_provisioned = provisioned
+        self._usd_per_hour = usd_per_hour
 
     def set_horizon(self, horizon_s: float) -> None:
         self._sample_every = horizon_s / SERIES_POINTS
@@ -74,20 +107,45 @@ class MetricsRecorder:
             self.alloc_area += self._alloc * dt
             self.frag_area += self._frag * dt
             self.queue_area += self._queue * dt
+            self.cloud_usd += self._usd_per_hour * dt / 3600.0
             self.last_t = now
 
     def after_cycle(self, now: float, state: SchedulerState) -> None:
+        self._state = state
         self._alloc = state.allocated_gpus() - self.rented_gpus
         self._queue = len(state.pending)
         self._frag = (self.total_gpus - self._alloc) if self._queue else 0.0
         s = self.series
         if not s["t_s"] or now - s["t_s"][-1] >= self._sample_every:
-            s["t_s"].append(now)
-            s["allocated_gpus"].append(self._alloc)
-            s["queued_jobs"].append(self._queue)
+            self._sample(now, state)
+
+    def _sample(self, now: float, state: SchedulerState) -> None:
+        s = self.series
+        s["t_s"].append(now)
+        s["allocated_gpus"].append(self._alloc)
+        s["queued_jobs"].append(self._queue)
+        if self._cloud:
+            s[CLOUD_GPUS].append(self.rented_gpus)
+            s[CLOUD_PROVISIONED].append(self._rented_provisioned)
+            s[CLOUD_USD].append(self.cloud_usd)
+        n = len(s["t_s"])
+        for tenant in state.usage:
+            if tenant not in self.tenant_series:
+                self.tenant_series[tenant] = [0.0] * (n - 1)
+        for tenant, points in self.tenant_series.items():
+            usage = state.usage.get(tenant)
+            points.append(usage.gpus if usage is not None else 0.0)
+
+    def _close_series(self) -> None:
+        """One last sample at the last instant replayed, so the charts reach the end; the
+        state then is the last cycle's (it is piecewise constant between cycles)."""
+        t = self.series["t_s"]
+        if self._state is not None and self.last_t is not None and t and t[-1] < self.last_t:
+            self._sample(self.last_t, self._state)
 
     def finish(self, jobs: Iterable[SimJob], unplaceable: list[TraceJob], events: int,
                wall_s: float) -> SimResult:
+        self._close_series()
         jobs = list(jobs)
         done = [j for j in jobs if not math.isnan(j.end_s)]
         submit = np.array([j.trace.submit_s for j in done])
@@ -136,7 +194,8 @@ class MetricsRecorder:
             "wall_s": wall_s,
             "events_per_s": events / wall_s if wall_s > 0 else 0.0,
         }
-        return SimResult(summary, self.series, jct, queue, tenants, jobs)
+        return SimResult(summary, self.series, jct, queue, tenants, jobs, self.total_gpus,
+                         self.tenant_series)
 
     @staticmethod
     def _tenants(done: list[SimJob], jobs: list[SimJob]) -> dict[str, dict[str, float]]:

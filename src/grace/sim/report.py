@@ -1,18 +1,22 @@
 """The twin's self-contained HTML report: summary table and plots, one file, no network.
 
-plotly's JavaScript is embedded once, so the file opens offline. Plots: the
-JCT distribution (CDF) per policy, queue length and GPU allocation over time,
-and per-tenant GPU-hour shares.
+plotly's JavaScript (from the installed ``plotly`` package) is embedded once, inline, so
+the file opens offline and loads nothing from another host. The figures are built in
+``grace.sim.report_figures`` (one colour per policy in every subplot, one legend); the
+summary table marks each policy with its colour, so table and charts read together.
 """
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from grace.sim.metrics import SimResult
+from grace.sim.report_figures import main_figure, policy_colours, tenant_figure
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 SUMMARY_FIELDS = (
     ("jobs", "jobs", "{:,}"), ("jobs_skipped", "skipped", "{:,}"),
@@ -40,45 +44,27 @@ def fmt_value(value: float, how: str) -> str:
     return how.format(value)
 
 
-def _cdf(values: np.ndarray, points: int = 400) -> tuple[list[float], list[float]]:
-    if not len(values):
-        return [], []
-    qs = np.linspace(0, 100, points)
-    return list(np.percentile(values, qs) / 3600.0), list(qs / 100.0)
+def figures(results: dict[str, SimResult], title: str) -> list[go.Figure]:
+    """The report's figures, in page order: what ``write_html`` draws (and tests read)."""
+    tenants = tenant_figure(results)
+    return [main_figure(results, title), *([tenants] if tenants is not None else [])]
 
 
 def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
+    colours = policy_colours(list(results))
     rows = []
     fields = [f for f in SUMMARY_FIELDS if any(f[0] in r.summary for r in results.values())]
     for name, r in results.items():
         cells = "".join(f"<td>{fmt_value(r.summary.get(k, 0), how)}</td>"
                         for k, _, how in fields)
-        rows.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
+        swatch = f"<span class='swatch' style='background:{colours[name]}'></span>"
+        rows.append(f"<tr><th>{swatch}{html.escape(name)}</th>{cells}</tr>")
     head = "".join(f"<th>{label}</th>" for _, label, _ in fields)
-    table = f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
+    table = (f"<div class='wide'><table><tr><th>policy</th>{head}</tr>{''.join(rows)}"
+             f"</table></div>")
 
-    fig = make_subplots(rows=2, cols=2, subplot_titles=(
-        "JCT distribution (CDF)", "Queueing delay (CDF)", "Jobs waiting", "GPUs allocated"))
-    for name, r in results.items():
-        x, y = _cdf(r.jct_s)
-        fig.add_trace(go.Scatter(x=x, y=y, name=f"{name} JCT", legendgroup=name), 1, 1)
-        x, y = _cdf(r.queue_s)
-        fig.add_trace(go.Scatter(x=x, y=y, name=f"{name} queue", legendgroup=name,
-                                 showlegend=False), 1, 2)
-        t = [v / 86400 for v in r.series["t_s"]]
-        fig.add_trace(go.Scatter(x=t, y=r.series["queued_jobs"], name=f"{name} waiting",
-                                 legendgroup=name, showlegend=False), 2, 1)
-        fig.add_trace(go.Scatter(x=t, y=r.series["allocated_gpus"], name=f"{name} allocated",
-                                 legendgroup=name, showlegend=False), 2, 2)
-    fig.update_xaxes(type="log", title_text="hours", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="hours", row=1, col=2)
-    fig.update_xaxes(title_text="days", row=2, col=1)
-    fig.update_xaxes(title_text="days", row=2, col=2)
-    fig.update_layout(height=800, title_text=title)
-    plots = fig.to_html(include_plotlyjs=True, full_html=False)
+    plots = "".join(fig.to_html(include_plotlyjs=i == 0, full_html=False)
+                    for i, fig in enumerate(figures(results, title)))
 
     tenant_html = ""
     for name, r in results.items():
@@ -93,7 +79,9 @@ def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
                         f"<th>restarts</th><th>GPU-h lost to failures</th></tr>"
                         f"{trs}</table>")
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}")
+             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+             ".swatch{display:inline-block;width:.8em;height:.8em;margin-right:.4em;"
+             "vertical-align:middle}.wide{overflow-x:auto}")
     doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{table}{plots}"
            f"{tenant_html}</body></html>")
