@@ -3,7 +3,8 @@ SQLite store, its jobs placed by the real reconciler on the lab cluster, with ou
 scripted (``ScriptedBackend``) so the store holds what a day of use leaves: sweep trials
 with long names that differ only in the middle, a failure with a long multi-line
 reason, a job requeued after its node was lost that waited for GPUs between attempts,
-a job cancelled while running (no exit code), one still running, a drained node."""
+a job cancelled while running (no exit code), one still running, a drained node and two
+8-GPU gangs that wait for it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ A100 = "A100-80GB"
 LONG_SWEEP = "llama-7b-lora-sweep-seed-{}-lr-3e-4-warmup-2000-cosine"
 SHORT_SWEEP = "sweep-seed-{}"
 REQUEUED = "resnet50-imagenet-requeued-after-node-loss"
+PENDING = "llama-70b-pretrain-{}-needs-both-a100-nodes"
 DRAIN_REASON = ("ECC double-bit errors on GPU 2 reported by DCGM diag level 3; RMA ticket "
                 "opened with the vendor, replace the baseboard before returning it")
 
@@ -111,9 +113,14 @@ def live_world(tmp: Path) -> Iterator[World]:
     cycle()
     r = api.post("/nodes/a100-00/drain", json={"reason": DRAIN_REASON})
     assert r.status_code == 200, r.text
+    # two 8-GPU gangs that wait (one A100 node is draining): what `grace priority` lists
+    submit("waiting1", PENDING.format(1), 8, gpu_model=A100, priority=3)
+    submit("waiting2", PENDING.format(2), 8, tenant="computer-vision", gpu_model=A100)
+    cycle()
     states = {j["name"]: j["state"] for j in api.get("/jobs").json()}
     assert states[REQUEUED] == "completed" and states["tokenizer-typo"] == "failed", states
     assert states["checkpoint-writer"] == "cancelled" and states["still-running-eval"] == "running"
+    assert states[PENDING.format(1)] == states[PENDING.format(2)] == "pending"
     try:
         with served(app) as url:
             yield World(url, token, ids)

@@ -130,7 +130,7 @@ def test_grace_nodes_fits_and_prints_a_cut_reason_in_full(world: World) -> None:
     assert out.returncode == 0, out.stderr
     lines = fits(out.stdout)
     [row] = [line for line in lines if line.startswith("a100-00 ") and "A100-80GB" in line]
-    assert re.match(r"a100-00\s+A100-80GB\s+4\s+draining\s", row), row
+    assert re.match(r"a100-00\s+A100-80GB\s+0/4\s+4\s+drained\s", row), row
     assert " ".join(DRAIN_REASON.split()) in " ".join(out.stdout.split())
     wide = world.grace("nodes", columns=200)  # wide enough: one line, no note under it
     assert sum(DRAIN_REASON in line for line in wide.stdout.splitlines()) == 1
@@ -205,3 +205,16 @@ def test_grace_jobs_pages_instead_of_silently_stopping(crowded: World) -> None:
     assert out.returncode == 0, out.stderr
     lines = fits(out.stdout)
     assert len(lines) == 3 + 1002 and "newest 1002" in out.stderr
+
+
+@pytest.mark.slow
+def test_grace_history_pages_through_every_job_once(crowded: World) -> None:
+    out = crowded.grace("history", "--since", "all", "--all", "--json")
+    assert out.returncode == 0, out.stderr
+    ids = [j["id"] for j in json.loads(out.stdout)]
+    assert len(ids) == len(set(ids)) == 1005 and ids == sorted(ids) and out.stderr == ""
+    out = crowded.grace("history", "--since", "all", "--limit", "1002")
+    assert out.returncode == 0, out.stderr
+    lines = fits(out.stdout)
+    shown = [int(line.split()[0]) for line in lines[3:]]
+    assert shown == ids[:1002] and "oldest 1002" in out.stderr and "--all" in out.stderr

@@ -37,6 +37,7 @@ from grace.control.node_health import HealthConfig
 from grace.control.reconciler import Reconciler
 from grace.control.snapshot import nodes_to_placement
 from grace.control.store import repository as repo
+from grace.control.store import workflow as flows
 from grace.control.store.db import Store
 from grace.control.store.models import AttemptState, BreakerEvent, JobEventKind, JobState
 from grace.core.capacity import Placement
@@ -56,7 +57,7 @@ from grace.spec.cluster import ClusterSpec
 from grace.spec.loader import parse_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from helpers import FakeClock, ScriptedBackend, add_job
+from helpers import FakeClock, ScriptedBackend, add_job, job_spec
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 T0 = 1_700_000_000.0  # the live clock's origin; scenario times are seconds after it
@@ -72,6 +73,18 @@ class ScenarioJob:
     tenant: str = "default"
     priority: int = 0
     preemptible: bool = False
+    # Slurm's workflows: after: [{afterok: a}], submitted held until release_at (never
+    # without one), a job array's group name and its %N limit (tasks index in file order)
+    after: tuple[tuple[str, str], ...] = ()
+    hold: bool = False
+    release_at: float | None = None
+    array: str | None = None
+    limit: int | None = None
+
+    @classmethod
+    def read(cls, row: dict[str, Any]) -> ScenarioJob:
+        after = tuple((k, str(v)) for d in row.pop("after", None) or () for k, v in d.items())
+        return cls(**row, after=after)
 
 
 @dataclass(frozen=True)
@@ -100,14 +113,18 @@ class Scenario:
         quotas = {t: TenantQuota(**q) for t, q in (data.get("tenants") or {}).items()}
         return cls(name=path.stem, why=data["why"], cluster=parse_cluster(data["cluster"], str(path)),
                    policy=data.get("policy", "grace"),
-                   jobs=[ScenarioJob(**j) for j in data.get("jobs") or ()],
+                   jobs=[ScenarioJob.read(dict(j)) for j in data.get("jobs") or ()],
                    signals=[ScenarioSignal(**s) for s in data.get("signals") or ()],
                    horizon=float(data["horizon"]), quotas=quotas, expect=data.get("expect") or {},
                    breaker_share=float(data.get("breaker_share", 0.20)))
 
     @property
     def instants(self) -> list[float]:
-        return sorted({j.at for j in self.jobs} | {s.at for s in self.signals})
+        return sorted({j.at for j in self.jobs} | {s.at for s in self.signals}
+                      | {j.release_at for j in self.jobs if j.release_at is not None})
+
+    def array_index(self, job: ScenarioJob) -> int:
+        return [j.name for j in self.jobs if j.array == job.array].index(job.name)
 
 
 @dataclass
@@ -121,9 +138,15 @@ class Trace:
     node_moves: dict[str, list[str]] = field(default_factory=dict)  # node -> states moved to
     breaker_trips: int = 0
     lemons: list[str] = field(default_factory=list)
+    max_running: dict[str, int] = field(default_factory=dict)  # array -> most tasks at once
+
+    def running(self, groups: dict[str, int]) -> None:
+        for group, n in groups.items():
+            self.max_running[group] = max(self.max_running.get(group, 0), n)
 
     def summary(self) -> dict[str, Any]:
-        return {"starts": self.starts, "preempted": self.preempted, "failures": self.failures,
+        return {"max_running": dict(sorted(self.max_running.items())),
+                "starts": self.starts, "preempted": self.preempted, "failures": self.failures,
                 "outcomes": self.outcomes,
                 "node_moves": {n: m for n, m in sorted(self.node_moves.items()) if m},
                 "breaker_trips": self.breaker_trips, "lemons": sorted(self.lemons)}
@@ -151,6 +174,11 @@ class _RecordingSimulation(Simulation):
             nodes = tuple(sorted(topo.nodes[n].name for n in s.placement.nodes(topo)))
             self.trace.starts.append((self.jobs[s.job_id].trace.job_id, nodes))
         super()._apply(result, now)
+        groups: dict[str, int] = {}
+        for j in self.jobs.values():
+            if j.trace.array_group and j.outcome == "running":
+                groups[j.trace.array_group] = groups.get(j.trace.array_group, 0) + 1
+        self.trace.running(groups)
 
     def _job_failed(self, job, node, kind, now):  # type: ignore[no-untyped-def]
         self.trace.failures.append((job.trace.job_id, kind.value))
@@ -160,7 +188,11 @@ class _RecordingSimulation(Simulation):
 def run_twin(sc: Scenario) -> Trace:
     topo = Topology.from_spec(sc.cluster)
     jobs = [TraceJob(job_id=j.name, submit_s=j.at, duration_s=j.duration, gpus=j.gpus,
-                     tenant=j.tenant, priority=j.priority, preemptible=j.preemptible)
+                     tenant=j.tenant, priority=j.priority, preemptible=j.preemptible,
+                     after=j.after, array_group=j.array, array_limit=j.limit,
+                     array_index=sc.array_index(j) if j.array else 0,
+                     release_s=(j.release_at if j.release_at is not None else math.inf)
+                     if j.hold else None)
             for j in sc.jobs]
     failures = FailureModel(gpu_mtbf_h=1e18, repair_s=REPAIR_S, level3_s=LEVEL3_S, restart_s=0.0,
                             checkpoint_s=0.0, checkpoint_interval_s=math.inf)
@@ -178,7 +210,8 @@ def run_twin(sc: Scenario) -> Trace:
     sim.run()
     for j in sim.jobs.values():
         trace.outcomes[j.trace.job_id] = {"completed": "completed", "running": "running",
-                                          "pending": "pending"}.get(j.outcome, "failed")
+                                          "pending": "pending", "cancelled": "cancelled"
+                                          }.get(j.outcome, "failed")
     for n in topo.nodes:
         trace.node_moves[n.name] = [t.to_state.value for t in sim.health.history(n.name)
                                     if t.from_state is not t.to_state]
@@ -209,6 +242,7 @@ class _LiveRun:
         self.duration = {j.name: j.duration for j in sc.jobs}
         self.ends: dict[tuple[int, int], float] = {}  # live attempt -> when its work is done
         self.seen_launches = 0
+        self.max_running = Trace()  # only its max_running: tasks of each array at once
 
     def at(self, t: float) -> None:
         self.clock.now = T0 + t
@@ -234,11 +268,28 @@ class _LiveRun:
             return [n.diagnostic_due for n in repo.nodes(s) if n.diagnostic_due is not None]
 
     def _events(self, t: float) -> None:
+        named = {name: jid for jid, name in self.ids.items()}
+        arrays: dict[str, list[ScenarioJob]] = {}
         for j in self.sc.jobs:
-            if j.at == t:
+            if j.at == t and j.array:
+                arrays.setdefault(j.array, []).append(j)
+            elif j.at == t:
+                deps = [{"kind": k, "job": named[p]} for k, p in j.after]
                 jid = add_job(self.store, self.clock(), j.name, j.gpus, tenant=j.tenant,
-                              priority=j.priority, preemptible=j.preemptible)
+                              priority=j.priority, preemptible=j.preemptible,
+                              dependency=deps, hold=j.hold)
                 self.ids[jid] = j.name
+        for tasks in arrays.values():  # one group per array, as POST /jobs stores one
+            with self.store.transaction() as s:
+                specs = [job_spec(j.name, j.gpus, tenant=j.tenant, priority=j.priority,
+                                  preemptible=j.preemptible) for j in tasks]
+                group = repo.add_job_group(s, specs, tasks[0].limit, self.clock(),
+                                           indices=[self.sc.array_index(j) for j in tasks])
+                self.ids |= {row.id: j.name for row, j in zip(group, tasks, strict=True)}
+        for j in self.sc.jobs:
+            if j.hold and j.release_at == t:
+                with self.store.transaction() as s:
+                    flows.release(s, repo.require_job(s, named[j.name]), self.clock())
         for key, end in list(self.ends.items()):
             if end <= self.clock() and key in self.backend.watching:
                 self.backend.finish(key[0], attempt=key[1])
@@ -256,9 +307,22 @@ class _LiveRun:
             before = self._fingerprint()
             self.rec.cycle()
             self._note_launches()
+            self._count_arrays()
             if self._fingerprint() == before:
                 return
             self.clock.advance(0.001)
+
+    def _count_arrays(self) -> None:
+        arrays = {j.name: j.array for j in self.sc.jobs if j.array}
+        if not arrays:
+            return
+        groups: dict[str, int] = {}
+        with self.store.read() as s:
+            for job in repo.jobs_in_states(s, [JobState.RUNNING]):
+                group = arrays.get(self.ids.get(job.id, ""))
+                if group:
+                    groups[group] = groups.get(group, 0) + 1
+        self.max_running.running(groups)
 
     def _note_launches(self) -> None:
         for spec in self.backend.launches[self.seen_launches:]:
@@ -279,7 +343,7 @@ class _LiveRun:
         return events, nodes, len(self.backend.launches)
 
     def _trace(self) -> Trace:
-        trace = Trace()
+        trace = Trace(max_running=self.max_running.max_running)
         with self.store.read() as s:
             rows = []
             for jid, name in self.ids.items():
@@ -296,7 +360,8 @@ class _LiveRun:
                     if a.state in (AttemptState.FAILED, AttemptState.LOST) and a.failure_kind:
                         trace.failures.append((a.ended_at or 0.0, name, a.failure_kind))
                 trace.outcomes[name] = {JobState.COMPLETED: "completed", JobState.RUNNING: "running",
-                                        JobState.PENDING: "pending"}.get(job.state, "failed")
+                                        JobState.PENDING: "pending",
+                                        JobState.CANCELLED: "cancelled"}.get(job.state, "failed")
             trace.failures = [(n, k) for _, n, k in sorted(trace.failures)]  # type: ignore[misc]
             for n in self.topo.nodes:
                 trace.node_moves[n.name] = [e.to_state.value for e in repo.node_events(s, n.name)

@@ -37,13 +37,15 @@ def _check_expectations(sc: Scenario, trace: Trace) -> None:
     want = sc.expect
     if "preemptions" in want:
         assert len(trace.preempted) == want["preemptions"], trace.preempted
-    for outcome in ("completed", "failed"):
+    for outcome in ("completed", "failed", "cancelled"):
         for job in want.get(outcome, ()):
             assert trace.outcomes[job] == outcome, (job, trace.outcomes)
     if "breaker_trips" in want:
         assert trace.breaker_trips == want["breaker_trips"]
     if "lemons" in want:
         assert trace.lemons == want["lemons"]
+    for group, limit in (want.get("max_running") or {}).items():  # an array's %N held
+        assert trace.max_running[group] == limit, trace.max_running
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])

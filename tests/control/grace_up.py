@@ -52,14 +52,14 @@ class LiveServer:
 @contextlib.contextmanager
 def grace_up(state_dir: Path, *args: str, scheme: str = "http",
              verify: ssl.SSLContext | bool = True, env: dict[str, str] | None = None,
-             timeout_s: float = 60) -> Iterator[LiveServer]:
+             timeout_s: float = 60, cluster: Path = LAB) -> Iterator[LiveServer]:
     """Run ``grace up`` until the block ends; waits until /healthz answers (any status)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = state_dir.parent / f"{state_dir.name}-server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "grace.cli.main", "up", "--cluster", str(LAB),
+            [sys.executable, "-m", "grace.cli.main", "up", "--cluster", str(cluster),
              "--port", str(port), "--state-dir", str(state_dir), *args],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})}, start_new_session=True)

@@ -95,14 +95,25 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, str | int]]] 
     ("GET", "/jobs"): ("/jobs", {}, USERS_READ),
     ("GET", "/jobs/{job_id}"): ("/jobs/{a}", {}, TENANT_A_READ),
     ("GET", "/jobs/{job_id}/logs"): ("/jobs/{a}/logs", {}, TENANT_A_READ),
+    ("GET", "/jobs/{job_id}/notifications"): ("/jobs/{a}/notifications", {}, TENANT_A_READ),
     ("GET", "/jobs/{job_id}/logs/follow"): ("/jobs/{a}/logs/follow", {}, TENANT_A_READ),
     ("POST", "/jobs/{job_id}/cancel"): ("/jobs/{cancel}/cancel", {}, MEMBERS_OF_A),
     ("POST", "/jobs/{job_id}/clear-exclusions"): ("/jobs/{a}/clear-exclusions", {}, OPERATORS),
+    # Slurm's workflow verbs (test_workflow_api.py): job_a runs, so hold and release are 409
+    ("POST", "/jobs/{job_id}/hold"): ("/jobs/{a}/hold", {}, MEMBERS_OF_A),
+    ("POST", "/jobs/{job_id}/release"): ("/jobs/{a}/release", {}, MEMBERS_OF_A),
+    ("POST", "/jobs/{job_id}/requeue"): ("/jobs/{a}/requeue", {}, MEMBERS_OF_A),
     ("POST", "/jobs/{job_id}/heartbeats"): (
         "/jobs/{a}/heartbeats", {"json": {"attempt": 1, "records": [{"step": 1}]}},
         _row(403, job_a=OK, job_b=404)),
     ("POST", "/jobs/{job_id}/inject"): ("/jobs/{a}/inject", {"json": {"fault": "node-unhealthy"}},
                                         ADMINS),
+    # sweeps (routes_sweep; tests/control/test_sweeps.py): submitted like a job; job_a is
+    # no sweep, so a reader who may see it gets the 404 that names it so
+    ("POST", "/sweeps"): ("/sweeps", {"json": {"name": "s", "tenant": "a", "job": _job("a", "s"),
+                                               "parameters": {"lr": [0.1]}}},
+                          _row(403, admin=OK, operator=OK, member_a=OK)),
+    ("GET", "/sweeps/{sweep_id}"): ("/sweeps/{a}", {}, _row(404, job_a=403, job_b=403)),
     ("GET", "/nodes"): ("/nodes", {}, USERS_READ),
     ("POST", "/nodes/{name}/signals"): ("/nodes/l40s-00/signals",
                                         {"json": {"kind": "thermal-throttle"}}, OPERATORS),
@@ -124,6 +135,12 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, str | int]]] 
     ("GET", "/metrics"): ("/metrics", {}, USERS_READ),
     ("GET", "/alerts"): ("/alerts", {}, USERS_READ),
     ("GET", "/jobs/{job_id}/why"): ("/jobs/{a}/why", {}, TENANT_A_READ),
+    # history, priority, shares, node allocation (routes_views): every reader, each scoped
+    # to its tenant (tests/control/test_views.py checks what a member sees)
+    ("GET", "/history"): ("/history", {}, USERS_READ),
+    ("GET", "/priority"): ("/priority", {}, USERS_READ),
+    ("GET", "/shares"): ("/shares", {}, USERS_READ),
+    ("GET", "/nodes/allocation"): ("/nodes/allocation", {}, USERS_READ),
     # the dashboard (tests/control/test_dashboard.py): pages answer 401 with the sign-in page
     ("GET", "/"): ("/", {}, USERS_READ),
     ("GET", "/ui/queue"): ("/ui/queue", {}, USERS_READ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from grace.cost import tco
@@ -56,28 +58,43 @@ def test_spot_billed_hours_carry_the_preemption_overhead() -> None:
 
 def test_purchases_lives_and_book_value() -> None:
     assert [tco.purchases_by_month(m, 48) for m in (1, 47, 48, 49, 96, 97)] == [1, 1, 1, 2, 2, 3]
-    assert [tco.lives_ended_by_month(m, 48) for m in (47, 48, 95, 96)] == [0, 1, 1, 2]
     # straight line from 100% to the residual 20% over 48 months: 36 months old = 40%
     assert tco.book_value_fraction(36, 48, 0.2) == pytest.approx(0.4)
     assert tco.book_value_fraction(48, 48, 0.2) == pytest.approx(0.2)
 
 
-def test_owned_cash_sells_at_book_value_in_the_last_month() -> None:
+def test_owned_hardware_sells_at_book_value_after_the_last_month() -> None:
     rates = tco.owned_rates(round_book(residual_value_fraction=0.2), "H100-SXM", "on-prem")
     # 80 GPUs: 3,040,000 at month 0; 80 x 395.8125 + 10,000 staff = 41,665 a month
     series = tco.owned_cash_series(36, 80, rates, 10_000)
     assert series[0] == pytest.approx(3_040_000 + 41_665)
-    # month 36: sold at 40% of capex = 1,216,000 back
-    assert series[-1] == pytest.approx(3_040_000 + 36 * 41_665 - 1_216_000)  # 3,323,940
+    assert series[-1] == pytest.approx(3_040_000 + 36 * 41_665)  # cash spent: no sale in it
+    # after month 36: sold at 40% of capex = 1,216,000 back
+    assert tco.owned_resale_usd(36, 80, rates) == pytest.approx(1_216_000)
+
+
+@pytest.mark.parametrize("residual", [0.0, 0.2, 0.35])
+@pytest.mark.parametrize("months", [1, 12, 36, 47, 48, 49, 60, 96, 97, 120])
+def test_owned_cash_never_falls_from_one_month_to_the_next(months: int, residual: float) -> None:
+    """The plan's cash curves are drawn from these series: a drop in the last month (the
+    sale, once folded in) or at a life's end (a residual credited before the next purchase)
+    reads as money coming back while the hardware is still in use."""
+    rates = tco.owned_rates(round_book(residual_value_fraction=residual), "H100-SXM", "on-prem")
+    series = tco.owned_cash_series(months, 80, rates, 10_000)
+    assert all(b >= a for a, b in pairwise(series))
+    assert 0 <= tco.owned_resale_usd(months, 80, rates) < series[-1]  # 0: a whole life, no residual
 
 
 def test_owned_cash_buys_again_after_a_life() -> None:
     rates = tco.owned_rates(round_book(residual_value_fraction=0.2), "H100-SXM", "on-prem")
     series = tco.owned_cash_series(60, 80, rates, 10_000)
+    # month 48: the first server's life is over, but it is traded in only with the next
+    assert series[47] == pytest.approx(3_040_000 + 48 * 41_665)
     # month 49: second purchase, the first sold at its 20% residual
     assert series[48] == pytest.approx(3_040_000 * (2 - 0.2) + 49 * 41_665)
-    # month 60: the second server is 12 months old, worth 0.2 + 0.8 x 0.75 = 80%
-    assert series[-1] == pytest.approx(3_040_000 * (2 - 0.2 - 0.8) + 60 * 41_665)  # 5,539,900
+    # after month 60: the second server is 12 months old, worth 0.2 + 0.8 x 0.75 = 80%
+    assert series[-1] - tco.owned_resale_usd(60, 80, rates) == pytest.approx(
+        3_040_000 * (2 - 0.2 - 0.8) + 60 * 41_665)  # 5,539,900, as before the sale moved
 
 
 def test_commitments_bill_whole_terms() -> None:

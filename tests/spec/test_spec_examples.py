@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from grace.spec import ClusterSpec, JobSpec, PoolKind, WorkloadClass
-from grace.spec.loader import detect_kind, load_cluster, load_jobs, read_yaml
+from grace.spec.loader import detect_kind, load_cluster, load_jobs, load_sweep, read_yaml
 
 # Parametrization needs the file lists at collection time, before fixtures exist.
 _EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -39,6 +39,9 @@ def test_cluster_example_loads(path: Path, load_spec) -> None:
 
 @pytest.mark.parametrize("path", JOB_FILES, ids=_names(JOB_FILES))
 def test_job_example_loads(path: Path, load_spec) -> None:
+    if detect_kind(read_yaml(path)) == "sweep":  # kind: sweep expands to its trials' jobs
+        assert all(isinstance(j, JobSpec) for j in load_sweep(path).expand())
+        return
     assert detect_kind(read_yaml(path)) == "job"
     jobs = load_spec(path)
     assert jobs and all(isinstance(j, JobSpec) for j in jobs)
@@ -134,12 +137,12 @@ def test_experiment_is_short_single_gpu_and_preemptible() -> None:
     assert job.runtime_limit is not None and job.runtime_limit <= 3600
 
 
-def test_sweep_is_four_small_research_jobs(examples: Path) -> None:
-    jobs = load_jobs(examples / "jobs" / "sweep.yaml")
-    assert len(jobs) == 4
-    assert len({j.name for j in jobs}) == 4
+def test_sweep_is_sixteen_mig_sized_research_trials(examples: Path) -> None:
+    jobs = load_sweep(examples / "jobs" / "sweep.yaml").expand()
+    assert len(jobs) == 16
+    assert len({j.name for j in jobs}) == 16
     assert all(j.tenant == "research" for j in jobs)
-    assert all(j.workload_class is WorkloadClass.SWEEP and j.gpus == 1 for j in jobs)
+    assert all(j.workload_class is WorkloadClass.SWEEP and j.is_sub_gpu for j in jobs)
 
 
 def test_fine_tune_gives_a_model_for_vram_estimation() -> None:
@@ -150,13 +153,13 @@ def test_fine_tune_gives_a_model_for_vram_estimation() -> None:
     assert (job.model.params_b, job.model.lora) == (7, True)
 
 
-def test_full_run_is_a_long_four_node_h100_gang() -> None:
-    job = _one("full-run")
+def test_full_run_is_a_first_in_line_gang_that_checkpoints() -> None:
+    job = _one("full-run")  # sized for the lab cluster: tests/examples runs it there
     assert job.workload_class is WorkloadClass.FULL_RUN
-    assert (job.nodes, job.gpus_per_node, job.gpus) == (4, 8, 32)
-    assert job.gpu_model == "H100-SXM"
-    assert job.runtime_limit == 14 * 86400
-    assert not job.preemptible
+    assert (job.nodes, job.gpus_per_node, job.gpus) == (2, 2, 4)
+    assert job.gpu_model == "A100-80GB"
+    assert job.priority > 0 and not job.preemptible
+    assert job.command is not None and "--checkpoint-every" in job.command
 
 
 def test_mig_inference_is_a_sub_gpu_job() -> None:

@@ -35,6 +35,7 @@ from grace.cli.jobs_view import (
     wait_run,
 )
 from grace.cli.logs_follow import print_logs
+from grace.cli.workflow import flag_fields, submitted_line
 from grace.control.tls import CA_FILE_ENV, client_verify
 from grace.spec.errors import SpecError
 from grace.spec.loader import load_jobs
@@ -175,6 +176,10 @@ def up(
         10.0, "--metrics-refresh-s", min=0.5, max=3600.0,
         help="/metrics figures are at most this many seconds old (it renders in the "
              "background, so a scrape never waits)"),
+    notify: Path | None = typer.Option(
+        None, "--notify", help="notifications (kind: notify): the hosts job webhooks may "
+                               "call, per-tenant webhooks, an SMTP relay; without it job "
+                               "webhooks and mail are refused (docs/notifications.md)"),
 ) -> None:
     """Run the control plane: API, reconciler and a backend (local processes or Slurm).
 
@@ -213,7 +218,8 @@ def up(
                            admin_token_file=admin_token_file, allow_inject=allow_inject,
                            isolation=isolation, job_uids=job_uids,
                            admission=admission, tls_cert=tls_cert, tls_key=tls_key,
-                           kms=kms, runbook=runbook, metrics_refresh_s=metrics_refresh_s))
+                           kms=kms, runbook=runbook, metrics_refresh_s=metrics_refresh_s,
+                           notify=notify))
     except SpecError as e:
         err.print(f"[red]invalid[/red] {e}")
         raise typer.Exit(code=2) from e
@@ -238,10 +244,27 @@ def submit(
     tenant: str | None = typer.Option(
         None, "--tenant", help="default: your token's tenant (operators: 'default')"),
     command: list[str] | None = typer.Argument(None, help="after --: the command to run"),
+    nodes: int | None = typer.Option(None, "--nodes", "-N", help="nodes (with --gpus-per-node)"),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node"),
+    time: str | None = typer.Option(None, "--time", "-t", help=(
+        "runtime limit: 90 (minutes), 2h, 02:00:00 or 1-02:00:00")),
+    dependency: str | None = typer.Option(None, "--dependency", "-d", help=(
+        "afterok:ID[,afterany:ID,afternotok:ID]: start after those jobs end so")),
+    hold: bool = typer.Option(False, "--hold", "-H", help="submit held: grace release JOB"),
+    array: str | None = typer.Option(None, "--array", "-a", help=(
+        "a job array, e.g. 0-99%8: one task per index, at most 8 at once")),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Submit a job file, or `--gpus N -- CMD ...`."""
-    if file is not None and gpus is None and file.suffix in (".yaml", ".yml"):
+    """Submit a job file, or `--gpus N -- CMD ...` (or `--nodes N --gpus-per-node G`);
+    Slurm's flags (--time, --dependency, --hold, --array) also apply to a file's jobs."""
+    flags = flag_fields(nodes, gpus_per_node, time, dependency, hold, array)
+    whole = gpus is not None or nodes is not None or gpus_per_node is not None
+    from grace.cli import sweep as sweep_cli  # it imports this module
+
+    if file is not None and not whole and sweep_cli.is_sweep_file(file):  # POST /sweeps
+        sweep_cli.submit_sweep(file, flags, as_json)
+        return
+    if file is not None and not whole and file.suffix in (".yaml", ".yml"):
         try:
             # a tenant the file does not name is the token's, not JobSpec's "default"
             specs = [{k: v for k, v in j.model_dump(mode="json", exclude_none=True).items()
@@ -250,23 +273,26 @@ def submit(
         except SpecError as e:
             err.print(f"[red]invalid[/red] {e}")
             raise typer.Exit(code=1) from e
-    elif gpus is not None:
+    elif whole:
         cmd = ([str(file)] if file is not None else []) + list(command or [])
         if not cmd:
             err.print("[red]invalid[/red] give the command after --, e.g. "
                       "grace submit --gpus 1 -- python train.py")
             raise typer.Exit(code=1)
-        specs = [{"name": name or Path(cmd[0]).stem, "gpus": gpus, "command": cmd,
+        specs = [{"name": name or Path(cmd[0]).stem, "command": cmd,
+                  **({"gpus": gpus} if gpus is not None else {}),
                   **({"tenant": tenant} if tenant else {})}]
     else:
         err.print("[red]invalid[/red] give a job YAML file, or --gpus N -- CMD")
         raise typer.Exit(code=1)
-    out = [_call("POST", "/jobs", json=s) for s in specs]
+    if "nodes" in flags or "gpus_per_node" in flags:  # the flags' shape, not the file's
+        specs = [{k: v for k, v in s.items() if k != "gpus"} for s in specs]
+    out = [_call("POST", "/jobs", json=s | flags) for s in specs]
     if as_json:
         print(json.dumps(out[0] if len(out) == 1 else out))
         return
     for o in out:
-        console.print(f"submitted job {o['id']}")
+        console.print(submitted_line(o))
 
 
 #: ``GET /jobs`` answers at most this many jobs per request; ``--all`` pages through
@@ -425,8 +451,12 @@ def cancel(job_id: int, as_json: bool = JsonOpt) -> None:
 
 
 def nodes(as_json: bool = JsonOpt) -> None:
-    """List nodes and their health state."""
+    """List nodes: health state, GPUs allocated and free, and the jobs on each."""
     rows = _call("GET", "/nodes")
+    held = {a["name"]: a for a in _call("GET", "/nodes/allocation")}
+    for n in rows:  # a node the cluster file no longer has keeps its health row only
+        a = held.get(n["name"], {})
+        n |= {k: a.get(k) for k in ("allocated", "free", "jobs", "other_jobs")}
     if as_json:
         print(json.dumps(rows))
         return
@@ -438,14 +468,23 @@ def nodes(as_json: bool = JsonOpt) -> None:
     for n in rows:
         kept = ", ".join(str(e["job"]) for e in n.get("excluded_nodes") or ())
         state = n["state"] + (" (lemon)" if n.get("lemon") else "")
-        table.append([n["name"], n["gpu_model"], str(n["gpus"]), state, n["reason"] or "",
-                      n["actor"] or "", kept])
-    # names, models and states whole (a drain names the node); a reason on one line, and
-    # in full under the table where it was cut: there is no `grace node N` to read it in
+        reason = (n["reason"] or "") + (f" (by {n['actor']})" if n["reason"] and n["actor"]
+                                        else "")
+        on = [str(j["id"]) for j in n.get("jobs") or ()]
+        if n.get("other_jobs"):
+            on.append(f"+{n['other_jobs']} other")
+        used = "-" if n.get("allocated") is None else f"{n['allocated']}/{n['gpus']}"
+        free = "-" if n.get("free") is None else str(n["free"])
+        table.append([n["name"], n["gpu_model"], used, free, state, ", ".join(on), reason, kept])
+    # names, models, GPU counts and states whole (a drain names the node); a reason on one
+    # line, and in full under the table where it was cut: there is no `grace node N` to read
     console.print(fit_table(
-        [Column("name"), Column("gpu"), Column("gpus", justify="right"), Column("state"),
-         Column("reason", Fit.NOTE, min_width=16, weight=3), Column("by", Fit.MIDDLE),
-         Column("jobs kept off", Fit.WRAP)], table, console.width, title="nodes"))
+        [Column("name"), Column("gpu"), Column("used", justify="right"),
+         Column("free", justify="right"), Column("state"), Column("jobs", Fit.WRAP),
+         Column("reason", Fit.NOTE, min_width=12, weight=3), Column("kept off", Fit.WRAP)],
+        table, console.width, title="nodes",
+        caption="used: GPUs allocated (one holding any MIG slice counts) of the node's; "
+                "kept off: jobs that may not use it"))
 
 
 def drain(node: str, reason: str = typer.Option(..., "--reason"),

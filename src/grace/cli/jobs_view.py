@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, duration, fit_table
+from grace.spec.workflow import compact_indices
 
 
 class JobColumn(StrEnum):
@@ -149,6 +150,50 @@ def _value(col: JobColumn, j: Mapping[str, Any], wait: float, run: float) -> Cel
             return "" if v is None else str(v)
 
 
+#: The order an array's counts are told in (what runs, what waits, what ended), and the
+#: short words that keep them on one 80-column line beside a name.
+_STATE_ORDER = {"running": "run", "pending": "pend", "completed": "done", "failed": "failed",
+                "cancelled": "cancel", "diverged": "diverged"}
+
+
+def group_arrays(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each job array's tasks (and each sweep's trials) as one row, where its first task
+    is (``12_[0-9%2]``, as squeue names an array; ``grace sweep 12`` lists a sweep's
+    trials with their metrics): its state the busiest of its tasks', its reason their counts
+    by state (``2 run 3 pend 5 done``: 2 running, 3 pending, 5 completed), its wait until its first task
+    started and its run from then until its last ended. Other rows pass as they are."""
+    groups: dict[int, list[Mapping[str, Any]]] = {}
+    for j in rows:
+        a = j.get("array")
+        if a:
+            groups.setdefault(a["id"], []).append(j)
+    out: list[Mapping[str, Any]] = []
+    arrays = set(groups)
+    for j in rows:
+        a = j.get("array")
+        if not (a and a["id"] in arrays):
+            out.append(j)
+            continue
+        tasks = groups.pop(a["id"], None)
+        if tasks is None:
+            continue  # shown with its first-listed task
+        counts = {s: sum(1 for t in tasks if t["state"] == s) for s in _STATE_ORDER}
+        counts |= {t["state"]: sum(1 for u in tasks if u["state"] == t["state"])
+                   for t in tasks if t["state"] not in counts}
+        told = " ".join(f"{n} {_STATE_ORDER.get(s, s)}" for s, n in counts.items() if n)
+        started = [t["started_at"] for t in tasks if t.get("started_at")]
+        ended = [t.get("ended_at") for t in tasks]
+        limit = f"%{a['limit']}" if a.get("limit") else ""
+        indices = compact_indices([t["array"]["index"] for t in tasks])
+        out.append({**tasks[0], "id": f"{a['id']}_[{indices}{limit}]",
+                    "state": next(s for s, n in counts.items() if n),
+                    "submitted_at": min(t["submitted_at"] for t in tasks),
+                    "started_at": min(started) if started else None,
+                    "ended_at": max(ended) if all(ended) else None,  # type: ignore[type-var]
+                    "attempts": 1, "reason": told})
+    return out
+
+
 def jobs_table(rows: Sequence[Mapping[str, Any]], width: int = 80,
                columns: Sequence[JobColumn] = DEFAULT_COLUMNS,
                attempts: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
@@ -158,7 +203,7 @@ def jobs_table(rows: Sequence[Mapping[str, Any]], width: int = 80,
     now = time.time() if now is None else now
     attempts = attempts or {}
     body = []
-    for j in rows:
+    for j in group_arrays(rows):
         wait, run = wait_run(j, attempts.get(j["id"]), now)
         body.append([_value(c, j, wait, run) for c in columns])
     return fit_table([_LAYOUT[c] for c in columns], body, width, title=title)

@@ -13,11 +13,14 @@ from grace.cli.runbooks import alerts, runbooks
 from grace.cli.showback import showback
 from grace.cli.simulate import EstimatesFlagCommand, compare, simulate
 from grace.cli.slurm import slurm_import
+from grace.cli.sweep import sweep
 from grace.cli.tokens import token_app
 from grace.cli.twin_demo import twin_demo
 from grace.cli.validate import validate
+from grace.cli.views import history, priority, shares
 from grace.cli.whatif import whatif
 from grace.cli.why import why
+from grace.cli.workflow import hold, release, requeue
 
 app = typer.Typer(
     name="grace",
@@ -35,11 +38,18 @@ app.command(name="twin-demo")(twin_demo)
 app.command(name="up")(up)
 app.command(name="slurm-import")(slurm_import)
 app.command()(submit)
+app.command()(sweep)
 app.command()(jobs)
 app.command()(job)
 app.command()(logs)
 app.command()(cancel)
+app.command()(hold)
+app.command()(release)
+app.command()(requeue)
 app.command()(nodes)
+app.command()(history)
+app.command()(priority)
+app.command()(shares)
 app.command()(drain)
 app.command()(resume)
 app.command()(inject)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
 
+from grace.cli.fit import Cell, Column, Fit, fit_table
+from grace.cli.json_out import to_stdout
 from grace.spec.errors import SpecError
 
 console = Console()
@@ -56,7 +57,8 @@ def plan(
                               help="whose offers the cloud options use (a key under clouds:)"),
     egress_gb: float = typer.Option(0.0, "--egress-gb-per-month", min=0.0,
                                     help="data moved out of the cloud each month, GB"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the plan as JSON here"),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="write the plan as JSON here (- : to stdout, without the tables)"),
     html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
 ) -> None:
     """Compare on-prem, colo, cloud (on-demand, 1-year, 3-year) and hybrid for one workload."""
@@ -86,18 +88,21 @@ def plan(
     except (SpecError, ValueError, OSError) as e:
         err.print(f"[red]error[/red] {e}")
         raise typer.Exit(code=2) from e
-    console.print(_table(result))
-    threshold = result["owning_beats_renting_above_utilization"]
-    unclamped = result["owning_beats_renting_above_utilization_unclamped"]["on-prem"]
-    console.print("owning (on-prem) beats renting on demand above "
-                  + (f"[bold]{100 * threshold:.1f}%[/bold] utilization" if threshold is not None
-                     else f"[bold]no utilization[/bold] (it would need {100 * unclamped:.0f}%)"))
-    console.print(_sensitivity_table(result["sensitivity"][:8]))
+    if not to_stdout(json_out):  # --json -: the JSON alone on stdout
+        console.print(_table(result))
+        threshold = result["owning_beats_renting_above_utilization"]
+        unclamped = result["owning_beats_renting_above_utilization_unclamped"]["on-prem"]
+        console.print("owning (on-prem) beats renting on demand above "
+                      + (f"[bold]{100 * threshold:.1f}%[/bold] utilization"
+                         if threshold is not None else
+                         f"[bold]no utilization[/bold] (it would need {100 * unclamped:.0f}%)"))
+        console.print(_sensitivity_table(result["sensitivity"][:8]))
     if json_out:
         from grace.cli.simulate import _write_json
 
         _write_json(json_out, result)
-        err.print(f"json: {json_out}")
+        if not to_stdout(json_out):
+            err.print(f"json: {json_out}")
     if html_out:
         from grace.cost.report import write_plan_html
 
@@ -105,27 +110,37 @@ def plan(
         err.print(f"report: {html_out}")
 
 
-def _table(result: dict[str, Any]) -> Table:
+def _table(result: dict[str, Any], width: int | None = None) -> RenderableType:
+    """The options, figures whole and a note wrapped, in ``width`` (the console's) cells."""
     w = result["inputs"]["workload"]
-    t = Table(title=f"{w['gpus']:g} x {w['gpu']} at {100 * w['utilization']:.0f}% for "
-                    f"{w['months']} months ({w['useful_gpu_hours']:,.0f} useful GPU-h)")
-    for col in ("option", "total", "$/useful GPU-h", "breakeven month", "note"):
-        t.add_column(col, justify="left" if col in ("option", "note") else "right")
+    rows: list[list[Cell]] = []
     for o in result["options"]:
         name = o["name"] + (" *" if o["name"] == result["cheapest"] else "")
         be = o["breakeven_month"]
-        t.add_row(name, _usd(o["total_usd"]), _rate(o["usd_per_useful_gpu_hour"]),
-                  "-" if be is None else str(be), o["note"])
-    t.caption = "* cheapest; breakeven: first month cheaper than renting the same hours on demand"
-    return t
+        rows.append([name, _usd(o["total_usd"]), _rate(o["usd_per_useful_gpu_hour"]),
+                     "-" if be is None else str(be), o["note"]])
+    return fit_table(
+        [Column("option"), Column("total", justify="right"),
+         Column("$/useful GPU-h", justify="right"), Column("breakeven", justify="right"),
+         Column("note", Fit.WRAP, min_width=16)], rows, width or console.width,
+        title=f"{w['gpus']:g} x {w['gpu']} at {100 * w['utilization']:.0f}% for "
+              f"{w['months']} months ({w['useful_gpu_hours']:,.0f} useful GPU-h)",
+        caption="* cheapest; breakeven: the first month owning costs less than renting the "
+                "same hours on demand")
 
 
-def _sensitivity_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="What moves the owning-vs-renting utilization most")
-    for col in ("input", "low", "value", "high", "threshold at low", "threshold at high"):
-        t.add_column(col, justify="left" if col == "input" else "right")
-    for r in rows:
-        t.add_row(r["input"], f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
-                  f"{100 * r['owning_beats_renting_above_utilization_at_low']:.1f}%",
-                  f"{100 * r['owning_beats_renting_above_utilization_at_high']:.1f}%")
-    return t
+def _sensitivity_table(rows: list[dict[str, Any]], width: int | None = None) -> RenderableType:
+    """Each input's low, base and high value and the utilization above which owning beats
+    renting at its low and its high: every figure whole, the input's name wrapped."""
+    body: list[list[Cell]] = [
+        [r["input"], f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
+         f"{100 * r['owning_beats_renting_above_utilization_at_low']:.1f}%",
+         f"{100 * r['owning_beats_renting_above_utilization_at_high']:.1f}%"] for r in rows]
+    return fit_table(
+        [Column("input", Fit.WRAP, min_width=14, weight=2),
+         *(Column(c, justify="right") for c in ("low", "value", "high", "owning at low",
+                                                 "at high"))],
+        body, width or console.width,
+        title="What moves the owning-vs-renting utilization most",
+        caption="owning at low / at high: owning beats renting above this utilization with "
+                "the input at its low / high value")

@@ -12,6 +12,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 
 from grace.cli.fit import Cell, Column, fit_table
+from grace.cli.json_out import to_stdout, write_json
 
 console = Console()
 err = Console(stderr=True)
@@ -31,7 +32,8 @@ def parse_since(text: str, now: float) -> float:
 
 def showback(
     since: str | None = typer.Option(None, "--since", help="only the last 7d / 12h / 30m"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the full showback as JSON here"),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="write the full showback as JSON here (- : to stdout, no table)"),
     cluster: Path | None = typer.Option(None, "--cluster",
                                         help="twin mode: replay --trace on this cluster instead"),
     trace: Path | None = typer.Option(None, "--trace", help="twin mode: the job trace"),
@@ -49,11 +51,12 @@ def showback(
             err.print("[yellow]note[/yellow] --prices applies to twin mode; the server prices "
                       "with its own price book")
         report = _live(since)
+    if json_out is not None and to_stdout(json_out):  # --json -: the JSON alone on stdout
+        write_json(json_out, report)
+        return
     console.print(_table(report, console.width))
     if json_out:
-        from grace.cli.simulate import _write_json
-
-        _write_json(json_out, report)
+        write_json(json_out, report)
         err.print(f"json: {json_out}")
 
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from typer.core import TyperCommand
 
+from grace.cli.fit import Column, Fit, fit_table
+from grace.cli.json_out import to_stdout, write_json
 from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
 from grace.core.policies import DEFAULT_POLICY, get_policy
 from grace.sim.estimates import EstimateModel, parse_estimate_model
@@ -45,7 +44,8 @@ ColumnsOpt = typer.Option(
     help="for --format csv: submit=COL,duration=COL,gpus=COL[,tenant=COL,limit=COL,name=COL]")
 SeedOpt = typer.Option(0, "--seed", help="seed for every random choice in the run")
 QuotasOpt = typer.Option(None, "--quotas", help="tenant quotas: YAML, or CSV of tenant,size shares")
-JsonOpt = typer.Option(None, "--json", help="write the summary as JSON here")
+JsonOpt = typer.Option(None, "--json", help="write the summary as JSON here (- : to stdout, "
+                                              "without the table)")
 HtmlOpt = typer.Option(None, "--html", help="write a self-contained HTML report here")
 EstOpt = typer.Option(
     None, "--estimates", metavar="exact|none|user",
@@ -158,29 +158,21 @@ def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
     return result
 
 
-def _table(results: dict[str, SimResult]) -> Table:
-    t = Table(title="Replay results")
-    t.add_column("metric")
-    for name in results:
-        t.add_column(name, justify="right")
-    for key, label, how in SUMMARY_FIELDS:
-        if not any(key in r.summary for r in results.values()):
-            continue  # e.g. cloud spend, without --bursting
-        t.add_row(label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values()))
-    return t
+def _table(results: dict[str, SimResult], width: int | None = None) -> RenderableType:
+    """One row per metric, one column per policy: figures whole, a long metric label
+    wrapped, several policies dealt into tables that repeat the metric where 80 columns
+    cannot hold them side by side (``cli.fit``)."""
+    columns = [Column("metric", Fit.WRAP, min_width=16, weight=2),
+               *(Column(name, justify="right") for name in results)]
+    rows = [[label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values())]
+            for key, label, how in SUMMARY_FIELDS
+            if any(key in r.summary for r in results.values())]  # e.g. no cloud spend unless bursting
+    return fit_table(columns, rows, width or console.width, title="Replay results")
 
 
 def _write_json(path: Path, payload: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_jsonable))
-    tmp.replace(path)
-
-
-def _jsonable(v: object) -> object:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return str(v)
+    """To ``path``, or to stdout for ``--json -`` (``cli.json_out``)."""
+    write_json(path, payload)
 
 
 def _packing(cluster: Path, trace: Path, fmt: str, policy: str, seed: int, no_departures: bool,
@@ -203,7 +195,8 @@ def _packing(cluster: Path, trace: Path, fmt: str, policy: str, seed: int, no_de
         raise typer.Exit(code=2) from e
     err.print(f"[dim]{inp.trace.report.summary()}[/dim]")
     summary = packing_experiment(inp, policy, seed)
-    console.print_json(data={k: v for k, v in summary.items() if k != "curve"})
+    if not to_stdout(json_out):
+        console.print_json(data={k: v for k, v in summary.items() if k != "curve"})
     if json_out:
         _write_json(json_out, summary)
 
@@ -245,7 +238,8 @@ def simulate(
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     result = _run(inp, policy, seed, _quotas(quotas, inp), model,
                   _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits)
-    console.print(_table({policy: result}))
+    if not to_stdout(json_out):
+        console.print(_table({policy: result}))
     if json_out:
         _write_json(json_out, result.summary)
     if html_out:
@@ -274,7 +268,8 @@ def compare(
     q = _quotas(quotas, inp)
     fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
     results = {n: _run(inp, n, seed, q, model, fm, enforce_limits=enforce_limits) for n in names}
-    console.print(_table(results))
+    if not to_stdout(json_out):
+        console.print(_table(results))
     if json_out:
         _write_json(json_out, {n: r.summary for n, r in results.items()})
     if html_out:

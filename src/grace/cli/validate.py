@@ -58,6 +58,17 @@ def _jobs(data: Any, source: str, _: ClusterSpec | None) -> str:
     return f"{len(jobs)} job(s): {names}"
 
 
+def _sweep(data: Any, source: str, _: ClusterSpec | None) -> str:
+    from grace.spec.loader import parse_sweep
+
+    spec = parse_sweep(data, source)
+    trials = spec.expand()
+    stop = spec.early_stopping.rule.value if spec.early_stopping else "no early stopping"
+    return (f"sweep {spec.name!r}, {spec.search} search, {len(trials)} trial(s) of "
+            f"{spec.job.gpus:g} GPU(s), {spec.max_parallel} at once, metric "
+            f"{spec.metric.name} ({spec.metric.mode}), {stop}")
+
+
 def _bursting(data: Any, source: str, cluster: ClusterSpec | None) -> str:
     spec = parse_bursting(data, source)
     if cluster is not None:
@@ -100,6 +111,15 @@ def _runbook(data: Any, source: str, _: ClusterSpec | None) -> str:
             + ", ".join(r.name for r in spec.rules[:5]) + (" ..." if len(spec.rules) > 5 else ""))
 
 
+def _notify(data: Any, source: str, _: ClusterSpec | None) -> str:
+    from grace.spec.notify import parse_notify_config
+
+    spec = parse_notify_config(data, source)
+    return (f"notify, {len(spec.allow_hosts)} allowed webhook host(s), "
+            f"{len(spec.tenants)} tenant(s) with webhooks, "
+            f"mail {'via ' + spec.smtp.host if spec.smtp else 'off'}")
+
+
 def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
     from grace.cost.pricebook import load_pricebook
 
@@ -109,7 +129,8 @@ def _prices(_: Any, source: str, __: ClusterSpec | None) -> str:
 
 _CHECKS: dict[str, Callable[[Any, str, ClusterSpec | None], str]] = {
     "cluster": _cluster, "job": _jobs, "bursting": _bursting, "health": _health,
-    "prices": _prices, "admission": _admission, "runbook": _runbook,
+    "prices": _prices, "admission": _admission, "runbook": _runbook, "sweep": _sweep,
+    "notify": _notify,
 }
 
 

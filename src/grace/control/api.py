@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grace.backends.isolation import read_job_json
 from grace.backends.local_agent import write_json_atomic
-from grace.control import log_reader
+from grace.control import log_reader, sweep_metrics
 from grace.control.access_log import AccessLog
 from grace.control.admission import Admission, AdmissionRefused, admit
 from grace.control.api_contract import (
@@ -59,7 +59,17 @@ from grace.control.http_limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from grace.control.live.context import JobDirs
 from grace.control.live.context import job_dirs as live_job_dirs
 from grace.control.node_health import HealthConfig, breaker_message, load_monitor, save_monitor
+from grace.control.notify.policy import submit_problem
 from grace.control.request_audit import RequestAudit
+from grace.control.routes_notify import install_notify_routes
+from grace.control.routes_sweep import (
+    install_sweep_routes,
+    submit_with_preflight,
+    submitted_with_preflight,
+)
+from grace.control.routes_views import install_views_routes
+from grace.control.routes_workflow import install_workflow_routes, submitted
+from grace.control.routes_workflow import summary as workflow_summary
 from grace.control.snapshot import JobCompiler
 from grace.control.store import audit, exclusions, tokens
 from grace.control.store import repository as repo
@@ -75,6 +85,7 @@ from grace.observe.hub import Observability
 from grace.observe.routes import RequestTimer, install_observe_routes, request_observer
 from grace.spec.errors import from_validation_error
 from grace.spec.job import MAX_GPUS, JobSpec
+from grace.spec.notify import NotifyConfig
 from grace.spec.text_limits import (
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
@@ -194,6 +205,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                access_log: Path | None = None,
                observability: Observability | None = None,
+               notify: NotifyConfig | None = None,
                ) -> FastAPI:
     """The app over ``store``; ``leadership`` (from ``grace up``) adds the leader's view to
     /healthz and refuses writes while this process stands by. Without it (tests, tools)
@@ -285,6 +297,22 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
     def submit(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:
         """A member submits for its own tenant (the body's ``tenant`` may only repeat it);
         operators and admins for any tenant (their token's, if the body names none)."""
+        body = _tenant_body(body, who)
+        try:
+            spec = JobSpec.model_validate(body)
+        except ValidationError as e:
+            raise HTTPException(422, detail=_problems(e)) from e
+        record = _vet(spec)
+        with store.transaction() as s:
+            # one job, or an array's tasks; and its preflight job (routes_sweep)
+            jobs = submit_with_preflight(s, spec, who, clock(), _vet)
+            for job in jobs:
+                job.owner = job.owner or who.token_id
+                job.admission = job.admission or record
+            return submitted_with_preflight(jobs, submitted)
+
+    def _tenant_body(body: dict[str, Any], who: Principal) -> dict[str, Any]:
+        """``body`` for ``who``'s tenant: a member's may only repeat it (403 otherwise)."""
         body = dict(body)
         if not who.all_tenants:
             if body.get("tenant", who.tenant) != who.tenant:
@@ -293,10 +321,10 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             body["tenant"] = who.tenant
         elif "tenant" not in body and who.tenant:
             body["tenant"] = who.tenant
-        try:
-            spec = JobSpec.model_validate(body)
-        except ValidationError as e:
-            raise HTTPException(422, detail=_problems(e)) from e
+        return body
+
+    def _vet(spec: JobSpec) -> dict[str, Any] | None:
+        """A job's checks at submit (422 naming the field); its admission record."""
         if not spec.command:
             raise HTTPException(422, detail=[{"field": "command", "message":
                                               "a job needs a command to run, e.g. "
@@ -309,11 +337,10 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             record = admit(admission, spec)
         except AdmissionRefused as e:
             raise HTTPException(422, detail=[{"field": e.field, "message": e.message}]) from e
-        with store.transaction() as s:
-            job = repo.add_job(s, spec, clock(), who.actor, who.token_id)
-            job.owner = who.token_id
-            job.admission = record
-            return {"id": job.id, "state": str(job.state), "tenant": job.tenant}
+        notify_problem = submit_problem(notify, spec)  # job webhooks: allowed hosts only
+        if notify_problem is not None:
+            raise HTTPException(422, detail=[notify_problem])
+        return record
 
     @app.get("/jobs", responses=errors(*READ))
     def list_jobs(state: str | None = Query(None, max_length=32),
@@ -462,6 +489,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         try:  # a fresh temp file, renamed: a link the job planted is replaced, never followed
             write_json_atomic(adir / f"progress-rank{body.rank}.json",
                               body.records[-1] | {"node": body.node})
+            if body.rank == 0:  # the objective sweeps rank and stop trials by
+                sweep_metrics.record(adir, body.records)
         except OSError as e:  # a full disk is the operator's to fix, not a crash
             failure = describe_failure(e)
             raise HTTPException(failure.status, detail=failure.detail) from e
@@ -697,6 +726,11 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             raise HTTPException(404, detail=f"no node {name!r}; see GET /nodes")
 
     install_observe_routes(app, obs, store, viewer, _get)
+    install_notify_routes(app, store, viewer, _get)  # GET /jobs/N/notifications
+    # history (sacct), priority (sprio), shares (sshare), node allocation: reads only
+    install_views_routes(app, store, topo, reconciler, viewer, clock)
+    install_workflow_routes(app, store, member, _get, clock)  # hold, release, requeue
+    install_sweep_routes(app, store, member, viewer, _get, dirs, clock, _vet, _tenant_body)
     # the web dashboard at / (and the files /docs loads); its session cookie reads only
     install_dashboard(app, store, topo, state_dir, auth, clock,
                       writes_allowed=lambda: leadership is None or leadership.get().leading)
@@ -722,7 +756,7 @@ def _job_summary(job) -> dict[str, Any]:
             "workload_class": job.workload_class, "gpus": job.gpus, "priority": job.priority,
             "submitted_at": job.submitted_at, "started_at": job.started_at,
             "ended_at": job.ended_at, "attempts": job.attempts_count, "restarts": job.restarts,
-            "reason": job.reason}
+            "reason": job.reason, **workflow_summary(job)}
 
 
 def _now() -> float:

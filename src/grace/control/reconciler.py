@@ -7,7 +7,8 @@ them in order. One ``cycle`` does:
    run core's restart policy on failures, each job in its own transaction;
 2. health: signals, drains, diagnostics and returns through ``core.health``;
 3. Slurm's own node states, both ways (``node_sync``);
-4. watches: heartbeats that stopped, stragglers, planned evictions;
+4. watches: heartbeats that stopped, stragglers, planned evictions; sweeps' early
+   stopping (``live.early_stop``);
 5. cancellations requested through the API;
 6. view: the store's rows as a ``SchedulerState`` (read only), then bursting;
 7. ``decide(state, now)`` with wall time;
@@ -34,6 +35,7 @@ from grace.control.diagnostics import Diagnostics
 from grace.control.kms import KeyEncryptionService
 from grace.control.live.apply import Applier
 from grace.control.live.context import LiveContext, LiveSettings, job_dirs
+from grace.control.live.early_stop import EarlyStopWatch
 from grace.control.live.ending import EndRequests
 from grace.control.live.health import HealthIntake
 from grace.control.live.observe import CycleReport, Observer
@@ -89,6 +91,7 @@ class Reconciler:
         self.health = HealthIntake(self.ctx, self.ends, config, diagnostics)
         self.observer = Observer(self.ctx, self.stragglers)
         self.watches = Watches(self.ctx, self.ends, self.stragglers)
+        self.early_stop = EarlyStopWatch(self.ctx, self.ends)  # sweeps' weak trials
         self.views = ViewBuilder(self.ctx)
         self.applier = Applier(self.ctx, self.ends)
         if not defer_writes:  # a standby defers them until it leads (recover registers them)
@@ -150,6 +153,7 @@ class Reconciler:
         # Slurm's own node states, both ways
         sync_node_states(self.store, self.backend, now, self.health.config)
         self.watches.cycle(now)
+        self.early_stop.cycle(now)
         self.applier.cancellations(now)
         if self.ends.sent:  # a backend that ended them at once: record it before deciding,
             self.ends.sent = 0  # as the twin fails a node's jobs in the instant it fails

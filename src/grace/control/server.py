@@ -47,6 +47,9 @@ from grace.control.auth import Authenticator
 from grace.control.bursting import LiveBursting
 from grace.control.diagnostics import CommandDiagnostics, TimedDiagnostics
 from grace.control.kms import KeyEncryptionService, KeyFileKMS, kms_from_spec
+from grace.control.notify.outbox import install_routes
+from grace.control.notify.signing import load_or_create_key
+from grace.control.notify.worker import Deliverer, NotifyLoop
 from grace.control.providers import LocalDelayedProvider
 from grace.control.reconciler import Reconciler
 from grace.control.store.db import Store, make_engine, normalize_url
@@ -72,6 +75,7 @@ from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import ClusterSpec
 from grace.spec.errors import SpecError, SpecProblem
 from grace.spec.loader import load_bursting, load_cluster
+from grace.spec.notify import NotifyConfig, load_notify_config
 
 log = logging.getLogger("grace.server")
 DEFAULT_PORT = 8470
@@ -111,6 +115,7 @@ class ServerConfig:
     kms: str | None = None
     runbook: Path | None = None  # kind: runbook; None: the shipped one (docs/runbooks.md)
     metrics_refresh_s: float = 10.0  # /metrics renders in the background at most this often
+    notify: Path | None = None  # kind: notify; job webhooks' allowed hosts, SMTP (docs/notifications.md)
 
 
 class StoreInUse(RuntimeError):
@@ -220,6 +225,7 @@ class ControlPlane:
     lock: SqliteLock | None = None  # SQLite: held for the life of the process
     admission: Admission | None = None  # vetted code: the API's submit check, the launch check
     runbook: RunbookSpec | None = None  # --runbook, checked before anything starts
+    notify: NotifyConfig | None = None  # --notify: what jobs may ask to be told, and how
 
 
 def assemble(cfg: ServerConfig) -> ControlPlane:
@@ -239,10 +245,14 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     admission = load_admission_for(cfg.admission, Path.cwd()) if cfg.admission else None
     kms = make_kms(cfg)  # a bad key file: KMSError, before anything starts
     runbook = load_runbook(cfg.runbook) if cfg.runbook else None  # a bad file: SpecError
+    notify = load_notify_config(cfg.notify) if cfg.notify else None  # a bad file: SpecError
+    load_or_create_key(cfg.state_dir)  # the webhook signing key; a readable one: refused
     topo = Topology.from_spec(spec)
     url = store_url(cfg)
     lock = claim_sqlite(url)  # before the store is opened: a refused second one writes nothing
     store = Store.open(url)
+    if notify is not None:  # the job moves' transactions write the tenants' webhooks too
+        install_routes(store.session_info, notify.tenants)
     # defer_writes: nothing is written until this process leads (recover registers the nodes)
     diagnostics = (CommandDiagnostics(cfg.diagnostic_command) if cfg.diagnostic_command
                    else TimedDiagnostics())
@@ -257,7 +267,7 @@ def assemble(cfg: ServerConfig) -> ControlPlane:
     if bursting is not None:
         provider = LocalDelayedProvider(LiveBursting.pool_nodes(spec, bursting), reconciler.clock)
         reconciler.bursting = LiveBursting(bursting, spec, topo, provider)
-    return ControlPlane(store, backend, topo, reconciler, lock, admission, runbook)
+    return ControlPlane(store, backend, topo, reconciler, lock, admission, runbook, notify)
 
 
 def make_kms(cfg: ServerConfig) -> KeyEncryptionService:
@@ -565,10 +575,14 @@ def serve(cfg: ServerConfig) -> None:
                      observability=Observability(plane.store, plane.topo, cfg.state_dir,
                                                  refresh_s=cfg.metrics_refresh_s,
                                                  runbook=plane.runbook),
-                     status=(lambda: {"isolation": report()}) if callable(report) else None)
+                     status=(lambda: {"isolation": report()}) if callable(report) else None,
+                     notify=plane.notify)
     obs: Observability = app.state.observability
     plane.reconciler.on_cycle = obs.metrics.cycle_seconds.observe
     obs.start()  # renders /metrics and evaluates the runbook off the request path
+    notifier = NotifyLoop(Deliverer.for_server(plane.store, plane.notify, cfg.state_dir,
+                                               api_url(cfg)), leadership)
+    notifier.start()  # delivers the outbox while this process leads
     previous = _stop_on(signal.default_int_handler)
     try:
         keeper.start_up(force=plane.lock is not None)
@@ -580,6 +594,7 @@ def serve(cfg: ServerConfig) -> None:
     finally:
         _stop_on(_already_stopping)
         obs.stop()
+        notifier.stop()
         try:
             keeper.shutdown()
         finally:

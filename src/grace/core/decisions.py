@@ -18,6 +18,10 @@ class PendingReason(StrEnum):
     BEHIND_QUEUE_HEAD = "behind-queue-head"
     NOT_EXAMINED = "not-examined"
     NO_USABLE_NODES = "no-usable-nodes"
+    # the workflow gate's (core.workflow): never offered to decide this cycle
+    HELD = "held"
+    DEPENDENCY = "dependency"
+    ARRAY_LIMIT = "array-limit"
 
 
 NEXT_STEP: dict[PendingReason, str] = {
@@ -35,6 +39,12 @@ NEXT_STEP: dict[PendingReason, str] = {
         "the cycle stopped scanning before reaching it (backfill depth); examined next cycle",
     PendingReason.NO_USABLE_NODES:
         "every node with a fitting GPU model is drained or down; starts when one returns",
+    PendingReason.HELD:
+        "submitted or put on hold: never starts until released (grace release JOB)",
+    PendingReason.DEPENDENCY:
+        "waits for the jobs it depends on to end as --dependency asks; queued after that",
+    PendingReason.ARRAY_LIMIT:
+        "its array already runs as many tasks as its %N limit; queued when one ends",
 }
 
 

@@ -29,6 +29,13 @@ class TenantQuota:
 UNLIMITED = TenantQuota()
 
 
+def fair_share(quota: TenantQuota, usage_gpus: float) -> float:
+    """A tenant's fair-share key: the GPUs it holds over its weight. Under a fair-share
+    policy ``decide`` visits the tenant with the lowest key first (and reads it again
+    after each start); ``grace shares`` and ``grace priority`` show this same number."""
+    return usage_gpus / quota.weight
+
+
 class QuotaCheck:
     """Outcome of asking whether a job of ``gpus`` may run for its tenant."""
 

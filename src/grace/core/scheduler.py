@@ -50,7 +50,7 @@ from grace.core.decisions import (
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import place_slice, place_whole
 from grace.core.policies import QueuePolicy
-from grace.core.quotas import QuotaCheck, check_quota
+from grace.core.quotas import QuotaCheck, check_quota, fair_share
 from grace.core.state import SchedulerState, victim_key
 
 
@@ -137,7 +137,7 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
 
 
 def _tenant_key(state: SchedulerState, cycle: _Cycle, tenant: str) -> float:
-    return cycle.usage.get(tenant, 0.0) / state.quota(tenant).weight
+    return fair_share(state.quota(tenant), cycle.usage.get(tenant, 0.0))
 
 
 def _initial_heap(state: SchedulerState, cycle: _Cycle) -> list[tuple[float, tuple, tuple]]:

@@ -9,7 +9,8 @@ GPU-hour of work, which is then scaled to the plan's months:
 - month ``m`` rents ``useful_m x cloud_usd_per_work_gpu_hour`` (the replay's rate),
   plus egress on the share of the work that ran in the cloud;
 - the owned part is ``owned_cash_series`` for ``K`` GPUs, as for ``on-prem``;
-- cumulative cash by month is their sum, the total its last entry.
+- cumulative cash by month is their sum; the total is its last entry less the owned
+  hardware's resale at book value (``owned_resale_usd``), as for ``on-prem``.
 
 The replay runs at the workload's *average* load: a trace's month-to-month
 profile shapes the rent (``useful_m``), not the replay, and every month is assumed
@@ -21,7 +22,13 @@ from __future__ import annotations
 
 from grace.cost.hybrid_twin import run_hybrid_twin
 from grace.cost.pricebook import PriceBook
-from grace.cost.tco import cloud_terms, owned_cash_series, owned_rates, owned_staff_usd_per_month
+from grace.cost.tco import (
+    cloud_terms,
+    owned_cash_series,
+    owned_rates,
+    owned_resale_usd,
+    owned_staff_usd_per_month,
+)
 from grace.cost.workload import PlanOption, Workload
 
 
@@ -32,8 +39,9 @@ def hybrid_option(workload: Workload, book: PriceBook, seed: int = 0) -> PlanOpt
     egress_per_month = (workload.egress_gb_per_month * (1.0 - run.owned_work_share)
                         * cloud_terms(book, workload.cloud).egress_usd_per_gb.value)
     staff = owned_staff_usd_per_month(book, run.owned_gpus)
-    owned = owned_cash_series(workload.months, run.owned_gpus,
-                              owned_rates(book, workload.gpu, "on-prem"), staff)
+    rates = owned_rates(book, workload.gpu, "on-prem")
+    owned = owned_cash_series(workload.months, run.owned_gpus, rates, staff)
+    resale = owned_resale_usd(workload.months, run.owned_gpus, rates)
     cumulative, rented = [], 0.0
     for cash, useful in zip(owned, workload.useful_by_month, strict=True):
         rented += useful * rate + egress_per_month
@@ -53,5 +61,5 @@ def hybrid_option(workload: Workload, book: PriceBook, seed: int = 0) -> PlanOpt
     note = (f"twin: {run.jobs} jobs over {run.window_days:.0f} days on {run.owned_gpus} owned "
             f"GPUs, {1 - run.owned_work_share:.0%} of the work burst; avg JCT "
             f"{run.avg_jct_h:.1f} h, p99 queue {run.p99_queue_h:.1f} h")
-    return PlanOption("hybrid", cumulative[-1], workload.useful_gpu_hours, tuple(cumulative),
-                      note=note, detail=detail)
+    return PlanOption("hybrid", cumulative[-1] - resale, workload.useful_gpu_hours,
+                      tuple(cumulative), note=note, detail=detail, resale_usd=resale)

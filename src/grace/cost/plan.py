@@ -5,8 +5,9 @@ and is costed as cash spent month by month, so the cumulative curves, the
 totals and the breakeven months all come from one series per option:
 
 - ``on-prem`` / ``colo``: N GPUs bought at month 0 (again at the end of each
-  life), running costs every month, and the hardware sold at book value in the
-  last month (``tco.owned_cash_series``);
+  life), running costs every month (``tco.owned_cash_series``), and the hardware
+  sold at book value after the last month (``resale_usd``, ``tco.owned_resale_usd``):
+  the total is the cash spent less the resale;
 - ``cloud-on-demand``: only the useful GPU-hours rented, plus egress;
 - ``cloud-1y`` / ``cloud-3y``: N GPUs reserved for whole terms, plus egress;
   the remaining term is billed in the last month of the workload;
@@ -30,6 +31,7 @@ from grace.cost.tco import (
     commitment_billed_months,
     owned_cash_series,
     owned_rates,
+    owned_resale_usd,
     owned_staff_usd_per_month,
     owned_usd_per_gpu_hour,
 )
@@ -44,12 +46,14 @@ def owned_option(w: Workload, book: PriceBook, site: str) -> PlanOption:
     rates = owned_rates(book, w.gpu, site)
     staff = owned_staff_usd_per_month(book, w.gpus)
     cumulative = owned_cash_series(w.months, w.gpus, rates, staff)
+    resale = owned_resale_usd(w.months, w.gpus, rates)
     detail = {"capex_per_gpu_usd": rates.capex_per_gpu_usd,
               "opex_per_gpu_month_usd": rates.opex_per_gpu_month_usd,
               "node_kw": rates.node_kw, "life_months": rates.life_months,
               "staff_usd_per_month": staff,
               "steady_state_usd_per_gpu_hour": owned_usd_per_gpu_hour(book, w.gpu, site, w.gpus)}
-    return PlanOption(site, cumulative[-1], w.useful_gpu_hours, cumulative, detail=detail)
+    return PlanOption(site, cumulative[-1] - resale, w.useful_gpu_hours, cumulative,
+                      detail=detail, resale_usd=resale)
 
 
 def _egress_per_month(w: Workload, book: PriceBook) -> float:

@@ -1,18 +1,33 @@
-"""The planner's self-contained HTML report: options table, cumulative cost, sensitivity tornado.
+"""The planner's self-contained HTML report: options table, cumulative cash, sensitivity tornado.
 
-Same house style as the twin's report (``grace.sim.report``): one file with
-plotly's JavaScript embedded once, so it opens offline, written atomically.
+Same page as the twin's report (``grace.sim.report_page``): one file with plotly's
+JavaScript embedded once, so it opens offline, written atomically.
+
+Layout: the cash curves and the tornado are two rows of one figure, each the full
+width, so the tornado's input names (up to ~60 characters) sit in the left margin
+beside their own bars and never over the cash plot; the margin is sized to the
+longest name (``label_margin_px``). Each option keeps one colour, in the table's
+swatch too; an owned option's total after selling its hardware at book value is
+a separate hollow marker after the last month, not a drop in its cash line.
 """
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-          "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-          "td:first-child,th:first-child{text-align:left}")
+from grace.sim.report_page import page, plots, write_page
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+#: an option's colour in the curves and the table (plotly's default order, fixed by name)
+OPTION_COLOURS = {"on-prem": "#1f77b4", "colo": "#ff7f0e", "cloud-on-demand": "#2ca02c",
+                  "cloud-1y": "#d62728", "cloud-3y": "#9467bd", "hybrid": "#8c564b"}
+#: plotly's default tick font is 12 px; its characters average about 7 px wide
+TICK_CHAR_PX = 7
+SENSITIVITY_ROWS = 12
 
 
 def _money(v: float | None, digits: int = 0) -> str:
@@ -23,11 +38,15 @@ def _options_table(result: dict[str, Any]) -> str:
     rows = []
     for o in result["options"]:
         be = "-" if o["breakeven_month"] is None else str(o["breakeven_month"])
-        rows.append(f"<tr><td>{html.escape(o['name'])}</td><td>{_money(o['total_usd'])}</td>"
-                    f"<td>{_money(o['usd_per_useful_gpu_hour'], 2)}</td><td>{be}</td>"
-                    f"<td>{html.escape(o['note'])}</td></tr>")
-    return ("<table><tr><th>option</th><th>total</th><th>$/useful GPU-h</th>"
-            f"<th>breakeven month</th><th>note</th></tr>{''.join(rows)}</table>")
+        swatch = (f"<span class='swatch' style='background:{OPTION_COLOURS.get(o['name'], '#777')}'>"
+                  "</span>")
+        resale = _money(o["resale_usd"]) if o.get("resale_usd") else "-"
+        rows.append(f"<tr><td>{swatch}{html.escape(o['name'])}</td><td>{_money(o['total_usd'])}</td>"
+                    f"<td>{resale}</td><td>{_money(o['usd_per_useful_gpu_hour'], 2)}</td>"
+                    f"<td>{be}</td><td>{html.escape(o['note'])}</td></tr>")
+    return ("<div class='wide'><table><tr><th>option</th><th>total</th>"
+            "<th>resale credit</th><th>$/useful GPU-h</th>"
+            f"<th>breakeven month</th><th>note</th></tr>{''.join(rows)}</table></div>")
 
 
 def _inputs_table(result: dict[str, Any]) -> str:
@@ -39,40 +58,75 @@ def _inputs_table(result: dict[str, Any]) -> str:
             f"{rows}</table>")
 
 
-def write_plan_html(result: dict[str, Any], path: Path) -> None:
+def short_labels(paths: list[str]) -> list[str]:
+    """Each input's last name (``owned.pue`` -> ``pue``), or the whole path where two
+    share a last name: the tornado's tick labels (the hover shows the whole path)."""
+    last = [p.rsplit(".", 1)[-1] for p in paths]
+    return [t if last.count(t) == 1 else p for t, p in zip(last, paths, strict=True)]
+
+
+def label_margin_px(labels: list[str]) -> int:
+    """Left margin that holds the longest tornado label at plotly's tick font."""
+    return 40 + TICK_CHAR_PX * max((len(t) for t in labels), default=0)
+
+
+def plan_figure(result: dict[str, Any]) -> go.Figure:
+    """Cash by month (row 1) over the sensitivity tornado (row 2), both the full width."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    months = result["inputs"]["workload"]["months"]
+    rows = list(reversed(result["sensitivity"][:SENSITIVITY_ROWS]))  # largest effect on top
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.55, 0.45], vertical_spacing=0.14,
+                        subplot_titles=(
+                            "Cumulative cash spent (USD); hollow marker: total after the "
+                            "owned hardware is sold at book value",
+                            "Sensitivity: owning beats renting on demand above (utilization)"))
+    for o in result["options"]:
+        ys = o["cumulative_usd_by_month"]
+        if not ys:
+            continue
+        colour = OPTION_COLOURS.get(o["name"], "#777777")
+        fig.add_trace(go.Scatter(x=list(range(1, len(ys) + 1)), y=ys, name=o["name"],
+                                 legendgroup=o["name"], mode="lines",
+                                 line={"color": colour}), 1, 1)
+        if o.get("resale_usd"):
+            fig.add_trace(go.Scatter(
+                x=[months + 0.5], y=[o["total_usd"]], name=o["name"], legendgroup=o["name"],
+                showlegend=False, mode="markers",
+                marker={"color": colour, "symbol": "diamond-open", "size": 11},
+                hovertemplate=(f"{o['name']}: %{{y:$,.0f}} after selling the hardware for "
+                               f"{_money(o['resale_usd'])}<extra></extra>")), 1, 1)
+    base = result["owning_beats_renting_above_utilization_unclamped"]["on-prem"]
+    paths = [r["input"] for r in rows]
+    names = short_labels(paths)
+    for end, colour in (("low", "#1f77b4"), ("high", "#d62728")):
+        at = [r[f"owning_beats_renting_above_utilization_at_{end}"] for r in rows]
+        fig.add_trace(go.Bar(y=names, x=[u - base for u in at], base=base, orientation="h",
+                             customdata=list(zip(paths, at, strict=True)),
+                             name=f"input at {end}", marker_color=colour,
+                             hovertemplate=f"%{{customdata[0]}} at its {end}: owning beats "
+                                           "renting above %{customdata[1]:.1%}<extra></extra>"),
+                      2, 1)
+    fig.update_xaxes(title_text="month", row=1, col=1)
+    fig.update_yaxes(title_text="USD", row=1, col=1)
+    fig.update_xaxes(title_text="utilization", tickformat=".0%", row=2, col=1)
+    fig.update_yaxes(automargin=True, row=2, col=1)
+    fig.update_layout(height=560 + 28 * len(rows), barmode="overlay",
+                      margin={"l": label_margin_px(names), "r": 40, "t": 60, "b": 50})
+    return fig
+
+
+def write_plan_html(result: dict[str, Any], path: Path) -> None:
     w = result["inputs"]["workload"]
     title = (f"Grace plan: {w['gpus']:g} x {w['gpu']} at {100 * w['utilization']:.0f}% "
              f"for {w['months']} months")
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], subplot_titles=(
-        "Cumulative cash spent (USD)", "Sensitivity: owning beats renting above (utilization)"))
-    for o in result["options"]:
-        ys = o["cumulative_usd_by_month"]
-        if ys:
-            fig.add_trace(go.Scatter(x=list(range(1, len(ys) + 1)), y=ys, name=o["name"],
-                                     mode="lines"), 1, 1)
-    rows = list(reversed(result["sensitivity"][:12]))  # largest effect at the top
     base = result["owning_beats_renting_above_utilization_unclamped"]["on-prem"]
-    names = [r["input"] for r in rows]
-    for end, colour in (("low", "#1f77b4"), ("high", "#d62728")):
-        deltas = [r[f"owning_beats_renting_above_utilization_at_{end}"] - base for r in rows]
-        fig.add_trace(go.Bar(y=names, x=deltas, base=base, orientation="h", name=f"input at {end}",
-                             marker_color=colour), 1, 2)
-    fig.update_xaxes(title_text="month", row=1, col=1)
-    fig.update_xaxes(title_text="utilization", tickformat=".0%", row=1, col=2)
-    fig.update_layout(height=600, title_text=title, barmode="overlay")
-    plots = fig.to_html(include_plotlyjs=True, full_html=False)
     threshold = result["owning_beats_renting_above_utilization"]
     answer = (f"Owning (on-prem) beats renting on demand above {100 * threshold:.1f}% utilization."
               if threshold is not None else
               f"Owning never beats renting on demand here (it would need {100 * base:.0f}%).")
-    doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-           f"<p><b>{html.escape(answer)}</b> Useful GPU-hours: {w['useful_gpu_hours']:,.0f}.</p>"
-           f"{_options_table(result)}{plots}<h2>Inputs</h2>{_inputs_table(result)}</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(path)
+    body = (f"<p class='lead'><b>{html.escape(answer)}</b> Useful GPU-hours: "
+            f"{w['useful_gpu_hours']:,.0f}.</p>{_options_table(result)}"
+            f"{plots([plan_figure(result)])}<h2>Inputs</h2>{_inputs_table(result)}")
+    write_page(path, page(title, body))

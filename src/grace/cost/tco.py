@@ -145,22 +145,17 @@ def purchases_by_month(month: int, life_months: float) -> int:
     return max(1, math.ceil(month / life_months - 1e-9))
 
 
-def lives_ended_by_month(month: int, life_months: float) -> int:
-    """Hardware lives completed by the end of ``month``: ``floor(month / life_months)``.
-    Each earns back the residual value when the hardware is sold."""
-    return math.floor(month / life_months + 1e-9)
-
-
 def owned_cumulative_usd(month: int, gpus: float, rates: OwnedRates,
                          staff_per_month: float) -> float:
     """Cash spent on owned capacity by the end of ``month``, the hardware still held:
 
-    ``gpus * capex * (purchases - residual * lives_ended) + month * (gpus * opex + staff)``.
-    The purchase is paid at month 0, which is why owning starts behind renting.
+    ``gpus * capex * (purchases - residual * (purchases - 1)) + month * (gpus * opex + staff)``.
+    The purchase is paid at month 0, which is why owning starts behind renting. Hardware
+    at the end of its life is traded in for its residual when the next is bought, so
+    cash never falls from one month to the next (``residual`` < 1).
     """
-    capital = gpus * rates.capex_per_gpu_usd * (
-        purchases_by_month(month, rates.life_months)
-        - rates.residual_fraction * lives_ended_by_month(month, rates.life_months))
+    bought = purchases_by_month(month, rates.life_months)
+    capital = gpus * rates.capex_per_gpu_usd * (bought - rates.residual_fraction * (bought - 1))
     return capital + month * (gpus * rates.opex_per_gpu_month_usd + staff_per_month)
 
 
@@ -177,21 +172,25 @@ def book_value_fraction(age_months: float, life_months: float, residual: float) 
 
 def owned_cash_series(months: int, gpus: float, rates: OwnedRates,
                       staff_per_month: float) -> tuple[float, ...]:
-    """Cash by the end of each month 1..months; the last month sells the hardware at book value.
+    """Cash spent by the end of each month 1..months: ``owned_cumulative_usd(m)``.
 
-    ``series[m-1] = owned_cumulative_usd(m)`` for ``m < months``; the last is that minus
-    ``gpus * capex * (book_value_fraction(age) - residual * [age == life])``, where
-    ``age = months - (purchases - 1) * life`` is the age of the newest hardware (a
-    life that just ended has already been credited its residual).
+    It never falls. Selling the hardware still held at the end is not spending in
+    any month of the workload: ``owned_resale_usd`` is that credit, and an option's
+    total is the last month's cash less it. (Folding the sale into the last month
+    made every owned option's cash curve drop at its end.)
     """
-    series = [owned_cumulative_usd(m, gpus, rates, staff_per_month) for m in range(1, months + 1)]
+    return tuple(owned_cumulative_usd(m, gpus, rates, staff_per_month)
+                 for m in range(1, months + 1))
+
+
+def owned_resale_usd(months: int, gpus: float, rates: OwnedRates) -> float:
+    """What the hardware held at the end of ``months`` sells for, at book value:
+    ``gpus * capex * book_value_fraction(age)``, ``age = months - (purchases - 1) * life``
+    the age of the newest hardware (a life that has just ended is worth its residual)."""
     life = rates.life_months
     age = months - (purchases_by_month(months, life) - 1) * life
-    ended = lives_ended_by_month(months, life) == purchases_by_month(months, life)
-    credit = book_value_fraction(age, life, rates.residual_fraction) - (
-        rates.residual_fraction if ended else 0.0)
-    series[-1] -= gpus * rates.capex_per_gpu_usd * credit
-    return tuple(series)
+    return gpus * rates.capex_per_gpu_usd * book_value_fraction(age, life,
+                                                                rates.residual_fraction)
 
 
 def commitment_billed_months(months: int, term_months: int) -> int:

@@ -85,6 +85,8 @@ class PlanOption:
     ``cumulative_usd[m - 1]`` is the cash spent by the end of month ``m``;
     ``breakeven_month`` (filled in by the planner) is the first month that figure is
     at or below renting the same useful GPU-hours on demand; None if never.
+    ``resale_usd`` is what owned hardware still held at the end sells for: ``total_usd``
+    is the last month's cash less it.
     """
 
     name: str
@@ -94,6 +96,7 @@ class PlanOption:
     breakeven_month: int | None = None
     note: str = ""
     detail: dict[str, float] = field(default_factory=dict)
+    resale_usd: float = 0.0
 
     @property
     def usd_per_useful_gpu_hour(self) -> float | None:
@@ -105,5 +108,6 @@ class PlanOption:
         return {"name": self.name, "total_usd": self.total_usd,
                 "useful_gpu_hours": self.useful_gpu_hours,
                 "usd_per_useful_gpu_hour": self.usd_per_useful_gpu_hour,
-                "breakeven_month": self.breakeven_month, "note": self.note,
+                "breakeven_month": self.breakeven_month, "resale_usd": self.resale_usd,
+                "note": self.note,
                 "detail": self.detail, "cumulative_usd_by_month": list(self.cumulative_usd)}

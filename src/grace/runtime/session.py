@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import random
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grace.runtime import checkpoint as ckpt
+from grace.runtime import preflight
 from grace.runtime.config import DEFAULT_INTERVAL_S, RuntimeEnv
 from grace.runtime.divergence import Diverged, DivergenceGuard
 from grace.runtime.encryption import DataKey
@@ -149,6 +151,10 @@ class Runtime:
         self._warmed = False
         self.checkpoint_block_s: list[float] = []
         self._last_record: dict[str, Any] | None = None
+        self._metrics: dict[str, list[list[float]]] = {}  # reported, not yet in a record
+        # preflight mode (runtime/preflight.py): the control plane set GRACE_PREFLIGHT_STEPS
+        self.preflight_steps = preflight.steps_from_env()
+        self._preflight_losses: list[float | None] = []
 
     # ------------------------------------------------------------------ loop API
 
@@ -223,7 +229,26 @@ class Runtime:
         elif self.async_save and not self._warmed:
             self._warmed = True  # the optimizer has state now: size the staging buffers
             self.checkpointer.warm_up()
+        if self.preflight_steps is not None:
+            self._preflight_losses.append(mean_loss)
+            if self.step >= self.preflight_steps:
+                self._preflight_end()
         self._step_t0 = time.perf_counter()
+
+    def report_metric(self, name: str, value: Any, step: int | None = None) -> None:
+        """Report an objective (``rt.report_metric("val_loss", 0.42)``) at ``step`` (default:
+        the last completed step). Rank 0's reports ride in its next heartbeat record
+        (``"metrics": {name: [[step, value], ...]}``); the control plane keeps them per
+        attempt, ranks sweep trials by them and stops weak ones early. Other ranks' calls
+        are ignored, so every rank may call it. A value that is not finite is dropped (the
+        divergence guard watches the loss); ``step_done(loss=...)`` already reports
+        ``loss``, so a sweep ranked by the training loss needs no call at all."""
+        if self.rank != 0:
+            return
+        v = float(value.detach() if hasattr(value, "detach") else value)
+        if math.isfinite(v):
+            self._metrics.setdefault(str(name), []).append(
+                [self.step if step is None else int(step), v])
 
     def maybe_checkpoint(self) -> bool:
         """Checkpoint if the interval has passed (a local decision: single-process use only)."""
@@ -248,6 +273,8 @@ class Runtime:
         """Commit what is pending, take the final checkpoint, flush heartbeats, restore SIGTERM."""
         if self._finished:
             return
+        if self.preflight_steps is not None:  # the loop ended before the preflight's steps
+            self._preflight_end()
         self._finished = True
         try:
             healthy = not self.guard.suspect  # a spike still pending: keep what predates it
@@ -338,6 +365,46 @@ class Runtime:
         self._close()
         raise err
 
+    def _preflight_end(self) -> None:
+        """Check the losses, save a checkpoint, load it back and compare; then end the
+        process: :class:`PreflightPassed` (exit 0) or :class:`PreflightFailed` (87)."""
+        torch = self._torch
+        problem = preflight.loss_problem(self._preflight_losses)
+        if problem is None:
+            try:
+                self.checkpointer.release(True)
+                self.checkpointer.wait(timeout=120)
+                self.checkpoint(block=True)
+                saved = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+                with torch.no_grad():  # scramble, so a load that does nothing cannot pass
+                    for p in self.model.parameters():
+                        p.add_(1.0)
+                found = self.checkpointer.load_latest()
+                if found is None or found[0] != self.step:
+                    problem = (f"the checkpoint of step {self.step} was not found on resume "
+                               f"(found {None if found is None else found[0]})")
+                else:
+                    loaded = self.model.state_dict()
+                    bad = [k for k, v in saved.items() if not torch.equal(v, loaded[k])]
+                    if bad:
+                        problem = (f"the resumed parameters differ from the saved ones "
+                                   f"({len(bad)} tensors, e.g. {bad[0]})")
+            except ckpt.CheckpointError as e:
+                problem = f"checkpoint save or resume failed: {e}"
+        err: SystemExit = (preflight.PreflightPassed(self.step) if problem is None
+                           else preflight.PreflightFailed(problem, self.step))
+        if self.rank == 0:
+            _log(f"{err}")
+            try:
+                self.env.attempt_dir.mkdir(parents=True, exist_ok=True)
+                (self.env.attempt_dir / "preflight.json").write_text(json.dumps(
+                    {"step": self.step, "passed": problem is None, "reason": problem}))
+            except OSError:
+                pass
+        self._finished = True
+        self._close()
+        raise err
+
     def _preempt(self, suspect: bool) -> None:
         """Checkpoint the step just done (unless its loss is a pending spike), then exit 143."""
         if self.rank == 0:
@@ -363,7 +430,8 @@ class Runtime:
 
     def _close(self) -> None:
         record = self._window.flush(time.monotonic())
-        if record is None and self.checkpointer.saves_to_report and self._last_record is not None:
+        if record is None and (self.checkpointer.saves_to_report or self._metrics) \
+                and self._last_record is not None:
             # the final checkpoint came after the last record: repeat it, zero steps, to carry it
             record = {**self._last_record, "steps": 0, "at": time.time()}
         if record is not None:
@@ -377,7 +445,10 @@ class Runtime:
         saves = self.checkpointer.take_saves()
         if saves:
             record = {**record, "checkpoints": saves}
-        self._last_record = record
+        if self._metrics:
+            record = {**record, "metrics": self._metrics}
+            self._metrics = {}
+        self._last_record = {k: v for k, v in record.items() if k != "metrics"}  # sent once
         return record
 
     def __enter__(self) -> Runtime:

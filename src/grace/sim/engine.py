@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
-from grace.core.checkpoint import choose_interval
 from grace.core.decisions import DecideResult
 from grace.core.health import (
     BreakerTripped,
@@ -27,8 +26,6 @@ from grace.core.health import (
     RestartJobs,
     ReturnNode,
     RunDiagnostic,
-    Signal,
-    SignalKind,
 )
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.placement import SliceRequest, WholeRequest
@@ -38,10 +35,12 @@ from grace.core.restart import FailedAttempt, FailureKind, RestartPolicy, on_fai
 from grace.core.scheduler import decide
 from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
+from grace.core.workflow import Dep, Outcome, Parent, WorkflowFacts, gate
 from grace.sim.bursting import CountRentedGpus, PreemptSpot, TwinCloud, TwinEffect, WakeAt
+from grace.sim.checkpointing import bank, failure_plan
 from grace.sim.estimates import EstimateModel, declare, model_label
 from grace.sim.events import EventKind, EventQueue
-from grace.sim.failures import FailureModel, NodeFailure, draw_failures
+from grace.sim.failures import FailureModel, NodeFailure, draw_failures, failure_signal
 from grace.sim.goodput.model import GoodputModel, GoodputRun
 from grace.sim.metrics import MetricsRecorder, SimResult
 from grace.sim.runtime_model import RuntimeModel
@@ -49,6 +48,7 @@ from grace.sim.traces._common import classify
 from grace.sim.traces.model import TraceJob
 from grace.spec.bursting import BurstingSpec
 from grace.spec.cluster import PoolKind
+from grace.spec.workflow import DependencyKind
 
 
 @dataclass(slots=True)
@@ -182,6 +182,10 @@ class Simulation:
             self.cloud = TwinCloud(config.bursting, topo, config.pool_kinds, config.seed)
             self._apply_cloud_effects(self.cloud.unprovision_all(), 0.0)
             self.metrics.track_cloud(self.cloud.owned_gpus)
+        # Slurm's workflows: jobs the gate (core.workflow) holds back until it admits them
+        self.flows: dict[JobId, WorkflowFacts] = {}
+        self.gated: dict[JobId, None] = {}  # arrived, not yet admitted (in arrival order)
+        self.offered: set[JobId] = set()  # a group's tasks admitted into the state
         self._compile(jobs)
         if config.failures is not None:
             self.health = HealthMonitor([n.name for n in topo.nodes], config.health_table)
@@ -209,8 +213,63 @@ class Simulation:
                                      "replaying it needs the profiles (--profiles app-profiles/)")
                 job.goodput = self.config.goodput.job(tj)
             self.events.push(tj.submit_s, EventKind.ARRIVE, pj.id)
+        self._workflows()
         #: the summary's ``estimates``: the model, and for ``user`` where the limits came from
         self.estimates_label = model_label(c.estimates, compiler.limits_from_trace, len(self.jobs))
+
+    def _workflows(self) -> None:
+        """The gate's facts of each job that declares a workflow (dependencies on earlier
+        trace jobs, a hold, an array limit), and a wake-up at each release."""
+        ids = {j.trace.job_id: jid for jid, j in self.jobs.items()}
+        groups: dict[str, int] = {}
+        for jid, job in self.jobs.items():
+            tj = job.trace
+            if not (tj.after or tj.release_s is not None or tj.array_limit):
+                continue
+            group = groups.setdefault(tj.array_group, int(jid)) if tj.array_group else None
+            # a parent the trace does not hold is gone: never satisfiable (id -1)
+            deps = tuple(Dep(DependencyKind(kind), int(ids.get(parent, -1)))
+                         for kind, parent in tj.after)
+            self.flows[jid] = WorkflowFacts(int(jid), tj.release_s is not None, deps, group,
+                                            tj.array_index, tj.array_limit)
+            if tj.release_s is not None and math.isfinite(tj.release_s):
+                self.events.push(tj.release_s, EventKind.WAKE)
+
+    def _gate(self, now: float) -> None:
+        """Offer ``decide`` the arrived jobs the workflow gate admits now; end the ones
+        whose dependency can never be met (cancelled, or failed for a preflight), as
+        live does. A group's tasks already offered count against its limit until they
+        end (the state keeps an offered job queued; live re-gates it each cycle)."""
+        facts = []
+        for jid in self.gated:
+            f = self.flows[jid]
+            release = self.jobs[jid].trace.release_s
+            facts.append(WorkflowFacts(f.job_id, release is not None and now < release,
+                                       f.dependencies, f.group, f.index, f.max_parallel))
+        parents = {d.job: self._parent(JobId(d.job)) for f in facts for d in f.dependencies
+                   if JobId(d.job) in self.jobs}
+        active: dict[int, int] = {}
+        for jid in self.offered:
+            group = self.flows[jid].group
+            if group is not None and self.jobs[jid].outcome in ("pending", "running"):
+                active[group] = active.get(group, 0) + 1
+        result = gate(facts, parents, active)
+        for n in result.never:
+            del self.gated[JobId(n.job_id)]
+            job = self.jobs[JobId(n.job_id)]
+            # ended without a start: counted as ended, not in the wait and run statistics
+            job.outcome = "failed" if n.fail else "cancelled"
+            self.metrics.ended += 1
+        for admitted in map(JobId, result.admitted):
+            del self.gated[admitted]
+            self.offered.add(admitted)
+            self.state.submit(self.jobs[admitted].pending)
+
+    def _parent(self, jid: JobId) -> Parent:
+        outcome = self.jobs[jid].outcome
+        if outcome in ("pending", "running"):
+            return Parent(Outcome.NOT_ENDED, outcome)
+        return Parent(Outcome.SUCCEEDED if outcome == "completed" else Outcome.FAILED, outcome)
 
     def _failure_horizon(self) -> float:
         """Failures are drawn over twice the span of the trace as declared (submissions
@@ -245,7 +304,10 @@ class Simulation:
                 _, kind, payload = events.pop()
                 n_events += 1
                 if kind == EventKind.ARRIVE:
-                    state.submit(self.jobs[payload].pending)
+                    if payload in self.flows:
+                        self.gated[payload] = None
+                    else:
+                        state.submit(self.jobs[payload].pending)
                 elif kind == EventKind.COMPLETE:
                     jid, attempt = payload
                     job = self.jobs[jid]
@@ -266,6 +328,8 @@ class Simulation:
                         events.push(tick, EventKind.WAKE)
                     metrics.after_cycle(now, state)
                     continue
+            if self.gated:
+                self._gate(now)
             if self.cloud is not None:
                 self._apply_cloud_effects(self.cloud.due(now, self.node_jobs), now)
             result = decide(state, now)
@@ -306,10 +370,7 @@ class Simulation:
             return self.cloud.plan_for(job.pending.id, slowdown)
         if f is None:
             return (self.config.restart_overhead_s if job.attempt else 0.0, slowdown, math.inf, 0.0)
-        gpus = max(job.pending.gpu_equivalents, 1e-3)
-        tau = choose_interval(gpus, f.checkpoint_s, f.restart_s, f.gpu_mtbf_h,
-                              f.checkpoint_interval_s).interval_s
-        return (f.restart_s if job.attempt else 0.0, slowdown, tau, f.checkpoint_s)
+        return failure_plan(f, job.pending.gpu_equivalents, job.attempt, slowdown)
 
     @staticmethod
     def _attempt_wall(remaining_base_s: float, plan: tuple[float, float, float, float]) -> float:
@@ -324,32 +385,14 @@ class Simulation:
             assert self.config.goodput is not None
             return self.config.goodput.bank(job.goodput, job.trace, job, now - job.start_s,
                                             complete, failed=not (complete or partial))
-        restart, speed, tau, delta = job.plan
-        gpus = job.pending.gpu_equivalents
-        elapsed = max(0.0, now - job.start_s)
-        if complete:
-            work_wall = job.remaining_base_s * speed
-            ckpts = math.floor(work_wall / tau) if math.isfinite(tau) else 0
-            job.checkpoint_gpu_s += ckpts * delta * gpus
-            job.remaining_base_s = 0.0
-            return 0.0
-        running = max(0.0, elapsed - restart)
-        if math.isfinite(tau):
-            segments = math.floor(running / (tau + delta))
-            banked_wall = segments * tau
-            in_flight = min(tau, running - segments * (tau + delta))
-        else:
-            segments, banked_wall, in_flight = 0, 0.0, running
-        if partial:  # the clock stopped: work in flight counts as done
-            banked_wall += in_flight
-            in_flight = 0.0
-        banked_wall = min(banked_wall, job.remaining_base_s * speed)
-        job.remaining_base_s = max(0.0, job.remaining_base_s - banked_wall / speed)
-        job.checkpoint_gpu_s += segments * delta * gpus
         # a failure loses the restart and the work since the last checkpoint; a planned
-        # stop (preemption, end of the clock) only the restart
-        lost = min(elapsed, restart) if partial else elapsed - segments * (tau + delta)
-        return max(0.0, lost) * gpus
+        # stop (preemption, end of the clock) only the restart (sim.checkpointing)
+        gpus = job.pending.gpu_equivalents
+        banked = bank(job.remaining_base_s, job.plan, max(0.0, now - job.start_s), complete,
+                      partial)
+        job.remaining_base_s = banked.remaining_base_s
+        job.checkpoint_gpu_s += banked.checkpoints * job.plan[3] * gpus
+        return banked.lost_s * gpus
 
     def _release(self, job: SimJob, now: float) -> RunningJob:
         for n in job.placed_nodes:
@@ -363,10 +406,7 @@ class Simulation:
         state = self.state
         node = failure.node
         name = self.topo.nodes[node].name
-        kind_text, _, code = failure.cause.signal.partition(":")
-        signal = Signal(name, SignalKind(kind_text), now, int(code) if code else None,
-                        failure.cause.name)
-        decisions = self.health.observe(signal)
+        decisions = self.health.observe(failure_signal(failure, name, now))
         if not decisions:
             return  # out of service already, or informational
         self.metrics.node_failures += 1

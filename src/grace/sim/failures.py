@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
+from grace.core.health import Signal, SignalKind
 from grace.core.topology import Topology
 
 
@@ -82,6 +83,13 @@ class NodeFailure:
     at_s: float
     node: int
     cause: FailureCause
+
+
+def failure_signal(failure: NodeFailure, node_name: str, now: float) -> Signal:
+    """The health signal a drawn failure raises (``xid:79`` is an Xid with its code)."""
+    kind, _, code = failure.cause.signal.partition(":")
+    return Signal(node_name, SignalKind(kind), now, int(code) if code else None,
+                  failure.cause.name)
 
 
 def draw_failures(topo: Topology, model: FailureModel, horizon_s: float,

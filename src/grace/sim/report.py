@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from grace.sim.metrics import SimResult
 from grace.sim.report_figures import main_figure, policy_colours, tenant_figure
+from grace.sim.report_page import page, plots, write_page
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -63,8 +64,7 @@ def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
     table = (f"<div class='wide'><table><tr><th>policy</th>{head}</tr>{''.join(rows)}"
              f"</table></div>")
 
-    plots = "".join(fig.to_html(include_plotlyjs=i == 0, full_html=False)
-                    for i, fig in enumerate(figures(results, title)))
+    charts = plots(figures(results, title))
 
     tenant_html = ""
     for name, r in results.items():
@@ -78,14 +78,4 @@ def write_html(results: dict[str, SimResult], path: Path, title: str) -> None:
                         f"<th>jobs</th><th>GPU-h</th><th>share</th><th>avg queue (h)</th>"
                         f"<th>restarts</th><th>GPU-h lost to failures</th></tr>"
                         f"{trs}</table>")
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-             ".swatch{display:inline-block;width:.8em;height:.8em;margin-right:.4em;"
-             "vertical-align:middle}.wide{overflow-x:auto}")
-    doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{table}{plots}"
-           f"{tenant_html}</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(path)
+    write_page(path, page(title, f"{table}{charts}{tenant_html}"))

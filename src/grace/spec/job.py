@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from grace.spec import launch_limits
+from grace.spec.notify import NotifySpec
 from grace.spec.text_limits import (
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
@@ -22,9 +23,21 @@ from grace.spec.text_limits import (
     name_check,
     tenant_check,
 )
+from grace.spec.trial import Preflight, SweepTrial
 from grace.spec.units import parse_duration
+from grace.spec.workflow import ArraySpec, Dependency, parse_dependency
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _dependencies(value: object) -> object:
+    """Slurm's text (``"afterok:12,afterany:13"``, or a list of such) as a list of
+    ``Dependency``; a list of mappings passes through to the model."""
+    if isinstance(value, str):
+        return parse_dependency(value)
+    if isinstance(value, list):
+        return [d for v in value for d in (parse_dependency(v) if isinstance(v, str) else [v])]
+    return value
 #: The longest runtime a job may state: ten years. Finite and far below where float
 #: seconds lose precision, so every sum of times stays exact enough to compare.
 MAX_DURATION_S = 10 * 365 * 86400
@@ -144,6 +157,20 @@ class JobSpec(BaseModel):
 
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+
+    # Slurm's workflows (spec/workflow.py; the gate is core/workflow.py)
+    hold: bool = Field(default=False, description="submitted held: never starts until released")
+    dependency: Annotated[list[Dependency], BeforeValidator(_dependencies)] = Field(
+        default_factory=list, max_length=100,
+        description="start after other jobs end, e.g. 'afterok:12,afterany:13' (all must hold)")
+    array: ArraySpec | None = Field(
+        default=None, description="a job array, e.g. '0-99%8': one task per index, at most "
+                                  "8 running at once")
+    notify: NotifySpec | None = Field(default=None, description="webhook/mail on end, failure, "
+                                      "preemption, move (spec/notify.py)")
+    # a small run first (spec/trial.py); and, set by the control plane, a sweep trial's place
+    preflight: Preflight | None = None
+    sweep: SweepTrial | None = None
 
     # A command or env that exec refuses would fail at every launch of every attempt:
     # refuse it here, where the user sees the field (the limits: spec/launch_limits.py).

@@ -8,7 +8,7 @@ would silently let the last one win, are reported as errors.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -19,6 +19,9 @@ from grace.spec.cluster import ClusterSpec
 from grace.spec.errors import SpecError, SpecProblem, from_validation_error
 from grace.spec.gpus import BUILTIN_GPUS, GpuModel
 from grace.spec.job import JobSpec
+
+if TYPE_CHECKING:
+    from grace.spec.sweep import SweepSpec
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -148,6 +151,13 @@ def parse_jobs(
     return jobs
 
 
+def parse_sweep(data: Any, source: str = "<sweep>") -> SweepSpec:
+    """``kind: sweep``: a base job, its parameters and how to search them (spec/sweep.py)."""
+    from grace.spec.sweep import SweepSpec
+
+    return _validate(SweepSpec, _strip_kind(data, "sweep", source), source)
+
+
 def _strip_kind(data: Any, expected: str, source: str) -> Any:
     if isinstance(data, dict) and "kind" in data:
         kind = str(data["kind"]).lower()
@@ -181,6 +191,10 @@ def load_bursting(path: Path | str) -> BurstingSpec:
 
 def load_admission(path: Path | str) -> AdmissionSpec:
     return parse_admission(read_yaml(path), str(path))
+
+
+def load_sweep(path: Path | str) -> SweepSpec:
+    return parse_sweep(read_yaml(path), str(path))
 
 
 def load_jobs(path: Path | str, catalog: dict[str, GpuModel] | None = None) -> list[JobSpec]:

@@ -6,6 +6,7 @@ import math
 import re
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d|day|days|w)?\s*$")
+_SLURM_TIME = re.compile(r"^\s*(?:(\d+)-)?(\d+(?::\d{1,2}){1,2})\s*$")
 _SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600,
             "d": 86400, "day": 86400, "days": 86400, "w": 604800}
 
@@ -20,10 +21,19 @@ def parse_duration(value: object) -> float:
         seconds = float(value)
     elif isinstance(value, str) and (m := _DURATION.match(value)):
         seconds = float(m.group(1)) * _SECONDS[m.group(2)]
+    elif isinstance(value, str) and (m := _SLURM_TIME.match(value)):
+        # Slurm's --time: [D-]HH:MM:SS, [D-]HH:MM with a day, or MM:SS
+        days = int(m.group(1) or 0)
+        parts = [int(p) for p in m.group(2).split(":")]
+        if days and len(parts) == 2:
+            parts.append(0)  # D-HH:MM
+        while len(parts) < 3:
+            parts.insert(0, 0)
+        seconds = float(days * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2])
     else:
         raise ValueError(
-            f"cannot read duration {value!r}; write seconds (3600) or a string like "
-            "'90m', '2h', '3d'"
+            f"cannot read duration {value!r}; write seconds (3600), a string like "
+            "'90m', '2h', '3d', or Slurm's '1-02:00:00' / '02:00:00'"
         )
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"duration must be positive and finite, got {value!r}")

@@ -29,6 +29,7 @@ from grace.control.live.view import CycleView
 from grace.control.snapshot import placement_to_nodes
 from grace.control.store import repository as repo
 from grace.control.store import tokens
+from grace.control.store import workflow as flows
 from grace.control.store.models import AttemptState, EndCause, Job, JobEventKind, JobState
 from grace.core.capacity import Placement
 from grace.core.checkpoint import choose_interval
@@ -47,10 +48,19 @@ class Applier:
         self.ends = ends
 
     def unrunnable(self, view: CycleView, now: float) -> None:
-        """Jobs that can no longer run on this cluster fail; their live attempts end."""
-        if not (view.failed or view.unplaceable):
+        """Jobs that can no longer run on this cluster fail; their live attempts end. Jobs
+        whose dependency can never be met are cancelled (Slurm's kill_invalid_depend), or
+        failed for a preflight's, with the gate's reason naming the parent."""
+        if not (view.failed or view.unplaceable or view.never):
             return
         with self.ends.transaction() as s:
+            for n in view.never:
+                job = repo.require_job(s, n.job_id)
+                if job.state is JobState.PENDING:
+                    to, kind = ((JobState.FAILED, JobEventKind.FAILED) if n.fail
+                                else (JobState.CANCELLED, JobEventKind.CANCELLED))
+                    repo.set_job_state(s, job, to, now, n.reason, kind,
+                                       {"parent": n.parent, "dependency": str(n.kind)})
             for job_id, why in view.failed:
                 job = repo.require_job(s, job_id)
                 if job.state in (JobState.PENDING, JobState.RUNNING):
@@ -61,7 +71,18 @@ class Applier:
                                   EndCause.UNPLACEABLE, now, None, "cannot run on this cluster")
 
     def cancellations(self, now: float) -> None:
+        """Cancels and requeues users asked for through the API (flags on the job)."""
         with self.ends.transaction() as s:
+            for job in flows.requeue_requested(s):
+                job.requeue_requested = False
+                live = repo.live_attempt(s, job)
+                if job.state is JobState.RUNNING and not job.cancel_requested:
+                    # as a preemption: pending now, the attempt holds its GPUs until it ends
+                    # from its SIGTERM checkpoint; no failure, no restart counted
+                    repo.set_job_state(s, job, JobState.PENDING, now, "requeued by a user",
+                                       JobEventKind.REQUEUED, {"requested": True})
+                    if live is not None:
+                        self.ends.request(live, EndCause.REQUEUE, now, None, "requeued")
             for job in repo.cancel_requested(s):
                 if job.state == JobState.PENDING:
                     repo.set_job_state(s, job, JobState.CANCELLED, now,
@@ -208,7 +229,8 @@ class Applier:
     def record_reasons(self, result: DecideResult, view: CycleView) -> None:
         """Why each job still waits, written where it changed: a steady cycle writes nothing."""
         started = {s.job_id for s in result.starts}
-        changed: dict[int, str] = {}
+        changed: dict[int, str] = {j: why for j, why in view.gated.items()
+                                   if why != view.reasons.get(j)}
         for jid, pj in view.pending.items():
             reason = None if jid in started else result.reason_for(pj)
             if reason is not None and str(reason) != view.reasons.get(int(jid)):

@@ -16,12 +16,14 @@ from grace.control.live.context import LiveContext
 from grace.control.snapshot import DemandTracker, RunningEntry, build_state, nodes_to_placement
 from grace.control.store import exclusions
 from grace.control.store import repository as repo
+from grace.control.store import workflow as flows
 from grace.control.store.models import Job, JobState
 from grace.core.health import IN_SERVICE, NodeState
 from grace.core.jobs import JobCompileError, JobId, PendingJob
 from grace.core.quotas import TenantQuota
 from grace.core.service import attained_from_attempts
 from grace.core.state import SchedulerState
+from grace.core.workflow import NeverSatisfied, gate
 
 #: Core counts preemptions per tenant over the last hour (``SchedulerState``).
 PREEMPTION_WINDOW_S = 3600.0
@@ -34,6 +36,10 @@ class CycleView:
     reasons: dict[int, str | None]  # as stored: only changes are written back
     failed: list[tuple[int, str]] = field(default_factory=list)  # cannot run here any more
     unplaceable: list[tuple[int, int]] = field(default_factory=list)  # their live attempts
+    # the workflow gate (core.workflow): pending jobs not offered to decide, and why; jobs
+    # whose dependency can never be met (apply cancels them, or fails a preflight's)
+    gated: dict[int, str] = field(default_factory=dict)
+    never: list[NeverSatisfied] = field(default_factory=list)
 
 
 def quotas(s: Session) -> dict[str, TenantQuota]:
@@ -83,6 +89,7 @@ class ViewBuilder:
                      a.started_at or now, bool(a.borrowing)))
             pending: dict[JobId, PendingJob] = {}
             reasons: dict[int, str | None] = {}
+            flowing: list[Job] = []
             for job in repo.jobs_in_states(s, [JobState.PENDING]):
                 if job.id in holding:
                     continue
@@ -90,13 +97,37 @@ class ViewBuilder:
                 if pj is not None:
                     pending[JobId(job.id)] = pj
                     reasons[job.id] = job.reason
+                    if flows.has_workflow(job):
+                        flowing.append(job)
+            gated, never = self._gate(s, flowing, running + ending, pending)
             self._with_service(s, [e[0] for e in running + ending] + list(pending.values()))
             self._catch_up(s, now)
             state = build_state(self.ctx.topo, self.ctx.policy, quotas(s), running,
                                 list(pending.values()), unusable, ending,
                                 repo.recent_preemptions(s, now - PREEMPTION_WINDOW_S),
                                 self.demand.demand if self.demand else None)
-        return CycleView(state, pending, reasons, failed, unplaceable)
+        return CycleView(state, pending, reasons, failed, unplaceable, gated, never)
+
+    @staticmethod
+    def _gate(s: Session, jobs: list[Job], holding: list[RunningEntry],
+              pending: dict[JobId, PendingJob]) -> tuple[dict[int, str], list[NeverSatisfied]]:
+        """Take out of ``pending`` the jobs core's workflow gate does not admit this cycle
+        (held, waiting on a dependency, over their array's limit); their reasons, and the
+        jobs whose dependency can never be met, come back for ``apply`` to record."""
+        if not jobs:
+            return {}, []
+        groups = {j.array_id for j in jobs if j.array_limit}
+        active: dict[int, int] = {}
+        if groups:
+            held = {int(e[0].id) for e in holding}
+            for group, count in flows.active_in_groups(s, groups, held).items():
+                active[group] = count
+        facts = [flows.facts(j) for j in jobs]
+        parents = flows.parents(s, (d.job for f in facts for d in f.dependencies))
+        result = gate(facts, parents, active)
+        for jid in [*result.waiting, *(n.job_id for n in result.never)]:
+            pending.pop(JobId(jid), None)
+        return {j: str(r) for j, r in result.waiting.items()}, result.never
 
     def _with_service(self, s: Session, jobs: list[PendingJob]) -> None:
         """Give requeued jobs the service their ended attempts attained, as the twin's

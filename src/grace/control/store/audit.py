@@ -104,7 +104,11 @@ class AuditAction(StrEnum):
     JOB_MOVED = "job.moved"
     JOB_LAUNCH_FAILED = "job.launch-failed"
     JOB_EXCLUSIONS_CLEARED = "job.exclusions-cleared"
+    JOB_EARLY_STOPPED = "job.early-stopped"  # a sweep's stopping rule ended a trial
     JOB_CANCEL_REQUESTED = "job.cancel-requested"  # a flag the reconciler carries out later
+    JOB_HELD = "job.held"
+    JOB_RELEASED = "job.released"
+    JOB_REQUEUE_REQUESTED = "job.requeue-requested"  # a flag, like a cancel request
     JOB_INJECT = "job.inject"  # a fault caused on purpose (``grace inject``)
     NODE_STATE = "node.state"  # a move of the health state machine (or a note: same state)
     NODE_SIGNAL = "node.signal"  # a health signal recorded for the next cycle

@@ -148,7 +148,10 @@ class Store:
         #: fenced (tests, tools, a standby that writes nothing). Set by ``grace up``.
         self.fence: tuple[str, int] | None = None
         self._store_id: str | None = None
-        self._writer = sessionmaker(engine, expire_on_commit=False)
+        #: what the repository's hooks read from the server's config, in every write
+        #: session's ``info`` (the per-tenant webhooks: grace.control.notify.outbox)
+        self.session_info: dict[str, Any] = {}
+        self._writer = sessionmaker(engine, expire_on_commit=False, info=self.session_info)
         self._reader = sessionmaker(engine.execution_options(**{_READ_ONLY: True}),
                                     expire_on_commit=False)
         event.listen(self._reader, "before_flush", _refuse_writes)

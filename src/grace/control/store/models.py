@@ -105,6 +105,9 @@ class JobEventKind(StrEnum):
     MOVED = "moved"  # off a straggling node, from its checkpoint; not a failure
     LAUNCH_FAILED = "launch-failed"  # the backend refused to start an attempt
     EXCLUSIONS_CLEARED = "exclusions-cleared"  # a node came back, or an operator cleared them
+    EARLY_STOPPED = "early-stopped"  # a sweep trial ended by its stopping rule (completed)
+    HELD = "held"  # a user held a pending job (Slurm's scontrol hold)
+    RELEASED = "released"  # a user released a held job
 
 
 class EndCause(StrEnum):
@@ -123,6 +126,8 @@ class EndCause(StrEnum):
     STOP = "stop"  # timeout: passed its runtime limit
     PREEMPT = "preempt"  # the scheduler took its GPUs; requeued
     UNPLACEABLE = "unplaceable"  # its job can no longer run on this cluster
+    EARLY_STOP = "early-stop"  # a sweep's stopping rule ended a weak trial; not a failure
+    REQUEUE = "requeue"  # a user requeued it (scontrol requeue): checkpoint, queue again
 
 
 #: Ends that move a job off a node without counting against its restart budget.
@@ -265,6 +270,15 @@ class Job(Base):
     owner: Mapped[str | None] = mapped_column(String(32))  # the token id that submitted it
     data_key: Mapped[str | None] = mapped_column(Text)  # its data key, wrapped by the KMS
     admission: Mapped[dict[str, Any] | None]  # what the admission rules checked at submit
+    # Slurm's workflows (migration 0004; the gate: core.workflow): held until released; a
+    # running job's requeue asked for (the reconciler carries it out, as a cancel); the
+    # job's array or sweep (its first task's id), its index there and the group's %N limit
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    requeue_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    array_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    array_index: Mapped[int | None]
+    array_limit: Mapped[int | None]
+    array_kind: Mapped[str | None] = mapped_column(String(16))  # "array" or "sweep"
     version: Mapped[int] = mapped_column(default=1)
 
     attempts: Mapped[list[Attempt]] = relationship(

@@ -16,6 +16,8 @@ Invariants kept here (and, where SQL can, by the schema):
   preempt or stop is committed first, then the backend is told): such an
   attempt is listed by ``orphaned_attempts`` until ``end_attempt`` records it;
 - every job state change writes a ``JobEvent``, every node move a ``NodeEvent``;
+- every job state change someone asked to hear of (``notify:``, a tenant's webhooks)
+  writes its notification rows in the same transaction (``control.notify.outbox``);
 - every job event, node move, health signal, quota change and cancel request also
   appends an audit entry (``store.audit``) naming its actor (``grace``, or the
   token's name and id the API passes), in the same transaction;
@@ -34,6 +36,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, selectinload
 
+from grace.control.notify import outbox
 from grace.control.store import audit, exclusions
 from grace.control.store.errors import IllegalJobTransition, NotFound, StaleWrite
 from grace.control.store.models import (
@@ -198,12 +201,45 @@ def add_job(session: Session, spec: JobSpec, now: float, actor: str = audit.CONT
               state=JobState.PENDING, priority=spec.priority,
               workload_class=spec.workload_class.value, gpus=float(spec.gpus), submitted_at=now,
               attempts_count=0, restarts=0, stalled_restarts=0, exclude_nodes=[],
-              cancel_requested=False)
+              cancel_requested=False, held=spec.hold, requeue_requested=False)
     session.add(job)
     session.flush()  # assigns job.id
     add_event(session, job.id, JobEventKind.SUBMITTED, now, {"gpus": job.gpus, "tenant": job.tenant},
               actor, token_id)
     return job
+
+
+def add_job_group(session: Session, specs: Sequence[JobSpec], max_parallel: int | None,
+                  now: float, actor: str = audit.CONTROL_PLANE, token_id: str | None = None,
+                  kind: str = "array", indices: Sequence[int] | None = None) -> list[Job]:
+    """Store ``specs`` as one throttled group (a job array, or a sweep's trials): one
+    pending job per task, in the caller's transaction, so the group is whole or absent.
+
+    The group's id is its first task's job id (Slurm's array job id); each task gets
+    its index (``indices``, default 0, 1, ...) and the group's ``max_parallel`` (the gate
+    in ``core.workflow`` keeps at most that many running), and in its env
+    ``GRACE_ARRAY_JOB_ID``/``GRACE_ARRAY_TASK_ID`` and Slurm's ``SLURM_ARRAY_*`` names.
+    """
+    if not specs:
+        raise ValueError("a job group needs at least one task")
+    if kind not in ("array", "sweep"):
+        raise ValueError(f"a job group is an 'array' or a 'sweep', not {kind!r}")
+    numbers = list(range(len(specs))) if indices is None else list(indices)
+    if len(numbers) != len(specs):
+        raise ValueError(f"{len(specs)} tasks but {len(numbers)} indices")
+    jobs: list[Job] = []
+    for spec, index in zip(specs, numbers, strict=True):
+        job = add_job(session, spec.model_copy(update={"array": None}), now, actor, token_id)
+        jobs.append(job)
+        group = jobs[0].id
+        job.array_id, job.array_index, job.array_limit = group, index, max_parallel
+        job.array_kind = kind
+        env = dict(job.spec_json.get("env") or {})
+        for prefix in ("GRACE", "SLURM"):
+            env[f"{prefix}_ARRAY_JOB_ID"] = str(group)
+            env[f"{prefix}_ARRAY_TASK_ID"] = str(index)
+        job.spec_json = {**job.spec_json, "env": env}
+    return jobs
 
 
 def get_job(session: Session, job_id: int) -> Job | None:
@@ -293,7 +329,9 @@ def _move_job(session: Session, job: Job, new_state: JobState, now: float, reaso
     kind = DEFAULT_EVENT[new_state] if event_kind is None else JobEventKind(event_kind)
     body = {"from": old_state.value, "to": new_state.value, **({"reason": reason} if reason else {}),
             **(detail or {})}
-    return add_event(session, job.id, kind, now, body)
+    event = add_event(session, job.id, kind, now, body)
+    outbox.record(session, job, kind, now)  # its webhooks and mails commit with the event
+    return event
 
 
 def set_pending_reason(session: Session, job_id: int, reason: str) -> None:

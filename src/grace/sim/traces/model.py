@@ -50,6 +50,14 @@ class TraceJob:
     batch_size: int | None = None
     # elastic: the submitter lets Grace choose between min and max GPUs (sim.goodput)
     elastic: tuple[int, int] | None = None
+    # Slurm's workflows (core.workflow's gate; what a submitter declares, so the twin may
+    # read them): dependencies as (kind, trace job_id), e.g. (("afterok", "a"),); held
+    # until ``release_s`` (math.inf: never released); a job array's group, index and %N
+    after: tuple[tuple[str, str], ...] = ()
+    release_s: float | None = None
+    array_group: str | None = None
+    array_index: int = 0
+    array_limit: int | None = None
 
 
 @dataclass

@@ -1,0 +1,110 @@
+"""Slurm's workflow verbs over HTTP: hold, release, requeue; and arrays at submit.
+
+``POST /jobs/{id}/hold|release|requeue`` act as ``scontrol`` does (see
+``store.workflow``): a member on its own tenant's jobs (another tenant's is 404, as
+a missing one), an operator or admin on any. A job in the wrong state is 409 with
+what to do instead. ``submit_jobs`` is ``POST /jobs``'s store half: it checks each
+dependency's parent exists and is visible to the submitter (422 naming
+``dependency`` otherwise), and turns an ``array`` into one job per task, in the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Query
+from fastapi import Path as InPath
+from sqlalchemy.orm import Session
+
+from grace.control.api_contract import MAX_INT32, WRITE, errors
+from grace.control.auth import Principal
+from grace.control.store import repository as repo
+from grace.control.store import workflow as flows
+from grace.control.store.db import Store
+from grace.control.store.errors import IllegalJobTransition
+from grace.control.store.models import Job
+from grace.spec.job import JobSpec
+
+JobId = Annotated[int, InPath(ge=1, le=MAX_INT32, description="a job id", examples=[1])]
+
+
+def submit_jobs(s: Session, spec: JobSpec, who: Principal, now: float) -> list[Job]:
+    """Store ``spec``: one job, or one per task of its array (a throttled group)."""
+    for i, dep in enumerate(spec.dependency):
+        parent = repo.get_job(s, dep.job)
+        if parent is None or not who.sees(parent.tenant):
+            raise HTTPException(422, detail=[{"field": f"dependency.{i}.job", "message": (
+                f"no job {dep.job} to depend on; name a job of yours that exists "
+                "(grace jobs lists them)")}])
+    if spec.array is None:
+        return [repo.add_job(s, spec, now, who.actor, who.token_id)]
+    return repo.add_job_group(s, [spec] * len(spec.array.indices), spec.array.max_parallel,
+                              now, who.actor, who.token_id, "array", spec.array.indices)
+
+
+def submitted(jobs: list[Job]) -> dict[str, Any]:
+    """``POST /jobs``'s answer: the job, and for an array every task's id."""
+    first = jobs[0]
+    out: dict[str, Any] = {"id": first.id, "state": str(first.state), "tenant": first.tenant}
+    if first.array_id is not None:
+        out["array"] = {"id": first.array_id, "tasks": [j.id for j in jobs],
+                        "indices": [j.array_index for j in jobs]}
+    return out
+
+
+def summary(job: Job) -> dict[str, Any]:
+    """The workflow fields ``GET /jobs`` shows for each job."""
+    array = None
+    if job.array_id is not None:
+        array = {"id": job.array_id, "index": job.array_index, "limit": job.array_limit,
+                 "kind": job.array_kind}
+    return {"array": array, "held": bool(job.held),
+            "dependency": list(job.spec_json.get("dependency") or [])}
+
+
+def install_workflow_routes(app: FastAPI, store: Store, member: Any,
+                            get: Callable[[Session, int, Principal], Job],
+                            clock: Callable[[], float]) -> None:
+    """``get`` finds a job the caller may see (404 otherwise): ``api._get``."""
+
+    def _act(job_id: int, who: Principal, act: Callable[[Session, Job], Any]) -> Any:
+        with store.transaction() as s:
+            job = get(s, job_id, who)
+            try:
+                return act(s, job)
+            except IllegalJobTransition as e:
+                raise HTTPException(409, detail=str(e)) from e
+
+    @app.post("/jobs/{job_id}/hold", responses=errors(*WRITE, 404, 409))
+    def hold(job_id: JobId, who: Principal = member) -> dict[str, Any]:
+        """Keep a pending job from starting until it is released (``scontrol hold``)."""
+        def act(s: Session, job: Job) -> dict[str, Any]:
+            flows.hold(s, job, clock(), who.actor, who.token_id)
+            return {"id": job_id, "state": str(job.state), "held": True}
+        return _act(job_id, who, act)
+
+    @app.post("/jobs/{job_id}/release", responses=errors(*WRITE, 404, 409))
+    def release(job_id: JobId, who: Principal = member) -> dict[str, Any]:
+        """Let a held job be scheduled again (``scontrol release``)."""
+        def act(s: Session, job: Job) -> dict[str, Any]:
+            flows.release(s, job, clock(), who.actor, who.token_id)
+            return {"id": job_id, "state": str(job.state), "held": False}
+        return _act(job_id, who, act)
+
+    @app.post("/jobs/{job_id}/requeue", responses=errors(*WRITE, 404, 409))
+    def requeue(job_id: JobId, hold: Annotated[bool, Query(description=(
+                    "hold it once queued (scontrol requeuehold)"))] = False,
+                who: Principal = member) -> dict[str, Any]:
+        """Queue a job again (``scontrol requeue``): a running one ends its attempt with
+        SIGTERM (it checkpoints; not a failure) and is pending from the next cycle; an
+        ended one is pending at once."""
+        def act(s: Session, job: Job) -> dict[str, Any]:
+            now = flows.request_requeue(s, job, clock(), hold, who.actor, who.token_id)
+            return {"id": job_id, "state": str(job.state), "held": bool(job.held),
+                    "requeue_requested": not now}
+        return _act(job_id, who, act)
+
+
+__all__ = ["install_workflow_routes", "submit_jobs", "submitted", "summary"]
