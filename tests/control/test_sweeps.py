@@ -133,6 +133,12 @@ def test_sweep_requests_are_checked_and_scoped(world: World) -> None:
         "name": "x", "gpus": 1, "command": ["x"], "sweep": {"name": "s", "trial": 0,
                                                            "trials": 1}})
     assert forged.status_code == 422 and forged.json()["detail"][0]["field"] == "sweep"
+    plain_id = world.client.post("/jobs", headers=world.member,
+                                 json={"name": "p0", "gpus": 1, "command": ["x"]}).json()["id"]
+    smuggled = world.client.post("/sweeps", headers=world.member, json=_sweep(job={
+        "gpus": 0.25, "command": ["x"], "dependency": [{"kind": "preflight", "job": plain_id}]}))
+    assert smuggled.status_code == 422, smuggled.text
+    assert smuggled.json()["detail"][0]["field"] == "job.dependency.0.kind"
     sweep_id = world.client.post("/sweeps", json=_sweep(), headers=world.member).json()["id"]
     assert world.client.get(f"/sweeps/{sweep_id}", headers=world.other).status_code == 404
     plain = world.client.post("/jobs", headers=world.member,

@@ -62,6 +62,17 @@ def preflight_spec(spec: JobSpec) -> JobSpec:
     return JobSpec.model_validate(body)
 
 
+def refuse_internal_dependency(spec: JobSpec, prefix: str = "") -> None:
+    """422 for a ``preflight`` dependency a client wrote: only ``submit_with_preflight``
+    sets that kind, and a job gated by it fails (not cancels) when its parent fails."""
+    for i, dep in enumerate(spec.dependency):
+        if dep.kind is DependencyKind.PREFLIGHT:
+            raise HTTPException(422, detail=[{"field": f"{prefix}dependency.{i}.kind",
+                                              "message": (
+                "'preflight' is set by the control plane; write preflight: {gpus, steps} "
+                "on the job, or use afterok")}])
+
+
 def submit_with_preflight(s: Session, spec: JobSpec, who: Principal, now: float,
                           vet: Vet) -> list[Job]:
     """``POST /jobs``'s store half with preflights: the job's rows (``submit_jobs``), then,
@@ -71,11 +82,7 @@ def submit_with_preflight(s: Session, spec: JobSpec, who: Principal, now: float,
         raise HTTPException(422, detail=[{"field": "sweep", "message": (
             "set by the control plane on a sweep's trials; submit a kind: sweep file "
             "(POST /sweeps) instead")}])
-    for i, dep in enumerate(spec.dependency):
-        if dep.kind is DependencyKind.PREFLIGHT:  # only the preflight path below sets it
-            raise HTTPException(422, detail=[{"field": f"dependency.{i}.kind", "message": (
-                "'preflight' is set by the control plane; write preflight: {gpus, steps} "
-                "on the job, or use afterok")}])
+    refuse_internal_dependency(spec)
     if spec.preflight is None:
         return submit_jobs(s, spec, who, now)
     pre_spec = preflight_spec(spec)
@@ -122,6 +129,8 @@ def install_sweep_routes(app: FastAPI, store: Store, member: Any, viewer: Any,
                 {"field": p.path, "message": p.message}
                 for p in from_validation_error("request", e).problems]) from e
         trials = sweep.expand()
+        for trial in trials[:1]:  # every trial has the base job's dependencies
+            refuse_internal_dependency(trial, "job.")
         records = [vet(t) for t in trials]  # every trial, before anything is stored
         with store.transaction() as s:
             jobs = repo.add_job_group(s, trials, sweep.max_parallel, clock(), who.actor,
