@@ -19,11 +19,13 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import httpx
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 
 from grace.cli.fit import Column, duration, fit_table
@@ -35,6 +37,8 @@ REPO = Path(__file__).resolve().parents[3]
 ENDED = {"completed", "failed", "cancelled", "diverged"}
 ADMISSION = REPO / "examples/admission.yaml"  # the demo's jobs run vetted code only
 #: research's three 1-GPU sweeps share two GPUs: the third waits, over its quota
+#: Seconds the demo waits for one answer of its own server
+HTTP_TIMEOUT_S = 30.0
 DEMO_QUOTA = {"guaranteed_gpus": 2, "borrow_limit_gpus": 0}
 
 
@@ -72,12 +76,13 @@ def demo(
         specs = load_jobs(workload)
         members = _member_tokens(url, admin, sorted({s.tenant for s in specs}))
         # a quota, so one sweep waits its turn with a typed reason (`grace why` explains it)
-        httpx.put(f"{url}/tenants/research", headers=admin,
+        httpx.put(f"{url}/tenants/research", headers=admin, timeout=HTTP_TIMEOUT_S,
                   json=DEMO_QUOTA).raise_for_status()
         ids = []
         for spec in specs:  # each job as a member of its tenant: the tenant is the token's
             body = spec.model_dump(mode="json", exclude_none=True, exclude={"tenant"})
-            r = httpx.post(f"{url}/jobs", json=body, headers=members[spec.tenant])
+            r = httpx.post(f"{url}/jobs", json=body, headers=members[spec.tenant],
+                           timeout=HTTP_TIMEOUT_S)
             r.raise_for_status()
             ids.append(r.json()["id"])
         console.print(f"submitted {len(ids)} jobs from {workload.name}, each with a member "
@@ -86,8 +91,7 @@ def demo(
                       f"with the admin token)")
         whys: dict[str, dict] = {}
         rows = _follow(url, timeout_s, admin, whys)
-        _summary(rows, requeued_attempts(
-            rows, lambda jid: httpx.get(f"{url}/jobs/{jid}", headers=admin).json()))
+        _summary(rows, requeued_attempts(rows, lambda jid: _get(f"{url}/jobs/{jid}", admin)))
         _explain(whys)
         failed = [r for r in rows if r["state"] != "completed"]
         if failed:
@@ -109,7 +113,7 @@ def _member_tokens(url: str, admin: dict[str, str],
     out = {}
     for tenant in tenants:
         r = httpx.post(f"{url}/tokens", headers=admin, json={
-            "name": f"demo {tenant}", "role": "member", "tenant": tenant})
+            "name": f"demo {tenant}", "role": "member", "tenant": tenant}, timeout=HTTP_TIMEOUT_S)
         r.raise_for_status()
         out[tenant] = {"Authorization": f"Bearer {r.json()['token']}"}
     return out
@@ -135,12 +139,21 @@ def _follow(url: str, timeout_s: float, headers: dict[str, str],
     name a bottleneck (what ``grace why N`` prints), kept in ``whys`` by state."""
     deadline = time.time() + timeout_s
     rows: list[dict] = []
-    with Live(console=console, refresh_per_second=2) as live:
+    table: RenderableType = ""
+    # live in a terminal; through a pipe (CI, `| tee`) only the last table, on lines of
+    # its own: a Live display there ends without its newline
+    live = Live(console=console, refresh_per_second=2) if console.is_terminal else None
+    with live or nullcontext():
         while time.time() < deadline:
-            rows = httpx.get(f"{url}/jobs", headers=headers).json()
-            attempts = requeued_attempts(
-                rows, lambda jid: httpx.get(f"{url}/jobs/{jid}", headers=headers).json())
-            live.update(jobs_table(rows, console.width, attempts=attempts))
+            try:  # a busy 2-core laptop may answer slowly; the deadline decides, not one read
+                rows = _get(f"{url}/jobs", headers)
+                attempts = requeued_attempts(rows, lambda jid: _get(f"{url}/jobs/{jid}", headers))
+            except httpx.HTTPError:
+                time.sleep(1.0)
+                continue
+            table = jobs_table(rows, console.width, attempts=attempts)
+            if live is not None:
+                live.update(table)
             if rows and all(r["state"] in ENDED for r in rows):
                 break
             for r in rows:
@@ -151,10 +164,22 @@ def _follow(url: str, timeout_s: float, headers: dict[str, str],
                                         timeout=30).json()
                     except httpx.HTTPError:
                         continue
-                    if why.get("reason") not in (None, "no-heartbeats-yet"):
+                    # the job may have moved on between the list and this read
+                    if why.get("state") == r["state"] and why.get("reason") not in (
+                            None, "no-heartbeats-yet"):
                         whys[r["state"]] = why | {"name": r["name"]}
             time.sleep(1.0)
+    if live is None:
+        console.print(table)
     return rows
+
+
+def _get(url: str, headers: dict[str, str]) -> Any:
+    """One read of the demo's own server, with room for a slow answer (httpx's default
+    5 s is too little for a 2-core machine starting five trainings at once)."""
+    r = httpx.get(url, headers=headers, timeout=HTTP_TIMEOUT_S)
+    r.raise_for_status()
+    return r.json()
 
 
 def _explain(whys: dict[str, dict]) -> None:
