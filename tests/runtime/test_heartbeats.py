@@ -157,3 +157,28 @@ def test_a_nan_loss_is_sent_as_null_and_the_sender_lives_on(tmp_path: Path,
     assert [(r["step"], r["loss"]) for r in server.records][:2] == [(1, None), (2, 0.5)]
     assert [r["step"] for r in server.records] == [1, 2, 3]
     assert server.auth == {"Bearer gjob_7_2_" + "a" * 64}
+
+
+def test_the_last_cycle_waits_out_a_slow_control_plane_so_the_last_records_arrive(
+        tmp_path: Path) -> None:
+    """The last records carry what only they carry (a sweep trial's final metric): a busy
+    control plane answering in 3 s, past the 2 s read of a normal cycle, still gets them."""
+    slow = _Server(delay_s=3.0)
+    try:
+        hb = sender(tmp_path, slow.url, flush_s=60.0, timeout_s=2.0)
+        hb.add(_record(1) | {"metrics": {"val_loss": [[60, 0.004]]}})
+        t0 = time.perf_counter()
+        hb.close(timeout=10)
+        assert time.perf_counter() - t0 < 10.5
+        assert [r["metrics"] for r in slow.records if "metrics" in r] == [
+            {"val_loss": [[60, 0.004]]}]
+    finally:
+        slow.httpd.shutdown()
+
+
+def test_the_last_cycle_does_not_wait_for_a_control_plane_that_is_down(tmp_path: Path) -> None:
+    hb = sender(tmp_path, f"http://127.0.0.1:{free_port()}", flush_s=60.0)
+    hb.add(_record(1))
+    t0 = time.perf_counter()
+    hb.close(timeout=10)
+    assert time.perf_counter() - t0 < 2  # connection refused: nothing to wait for

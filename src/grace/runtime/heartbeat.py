@@ -158,6 +158,7 @@ class HeartbeatSender:
         self._started = 0  # cycles begun
         self._done = 0  # number of the last cycle finished
         self._stop = False
+        self._final_deadline = 0.0  # set by close(): the last cycle tries until then
         self._next_post = 0.0
         self._backoff = 0.0
         self._warned = False
@@ -192,10 +193,16 @@ class HeartbeatSender:
                 lambda: self._done >= target or not self._thread.is_alive(), timeout
             )
 
-    def close(self, timeout: float = 3.0) -> None:
-        """Last cycle (one POST attempt at most), then stop the thread; bounded by ``timeout``."""
+    def close(self, timeout: float = 10.0) -> None:
+        """Last cycle, then stop the thread; bounded by ``timeout``.
+
+        The last records carry what only they carry (a sweep trial's final metric, the
+        final checkpoint's save): on a busy control plane one 2 s POST may not be answered,
+        so the last cycle tries again, with longer reads, until ``timeout`` is nearly spent.
+        A job whose control plane is down waits that long at exit, once."""
         with self._lock:
             self._stop = True
+            self._final_deadline = time.monotonic() + max(timeout - 0.5, 0.0)
         self._next_post = 0.0
         self._wake.set()
         self._thread.join(timeout)
@@ -240,15 +247,21 @@ class HeartbeatSender:
                 self._warn(f"cannot write {self.jsonl_path}: {e}")
         if self.endpoint is None or time.monotonic() < self._next_post:
             return
-        for _ in range(1 if final else 100):
+        for _ in range(100):
             with self._lock:
                 items = [self._http[i] for i in range(min(self.max_batch, len(self._http)))]
             if not items:
                 return
             batch = [r for _, r in items]
-            outcome = self._post(batch)
-            if outcome == "retry":
+            left = self._final_deadline - time.monotonic()
+            if final and left <= 0:
+                return
+            outcome = self._post(batch, min(left, 5.0) if final else self.timeout_s)
+            if outcome in ("retry", "down"):
                 self.failures += 1
+                if final and outcome == "retry" and self._final_deadline - time.monotonic() > 0.5:
+                    time.sleep(0.2)
+                    continue
                 self._backoff = min(self.max_backoff_s, max(self.flush_s, self._backoff * 2))
                 self._next_post = time.monotonic() + self._backoff
                 return
@@ -262,7 +275,7 @@ class HeartbeatSender:
             else:
                 self.dropped += len(batch)
 
-    def _post(self, batch: list[dict[str, Any]]) -> str:
+    def _post(self, batch: list[dict[str, Any]], timeout_s: float) -> str:
         assert self.endpoint is not None
         try:
             body = json.dumps({**self._head, "records": batch}, allow_nan=False).encode()
@@ -274,7 +287,7 @@ class HeartbeatSender:
         )
         self.posts += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._tls) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=self._tls) as resp:
                 resp.read()
             return "sent"
         except urllib.error.HTTPError as e:
@@ -282,7 +295,10 @@ class HeartbeatSender:
                 self._warn(f"control plane refused heartbeats: HTTP {e.code}")
                 return "refused"
             return "retry"
-        except (OSError, ValueError):  # URLError, timeouts, resets
+        except urllib.error.URLError as e:
+            # nothing listens (a control plane that is down): the last cycle does not wait
+            return "down" if isinstance(e.reason, ConnectionRefusedError) else "retry"
+        except (OSError, ValueError):  # timeouts, resets
             return "retry"
 
     def _warn(self, msg: str) -> None:
