@@ -113,3 +113,42 @@ def smtp_sink() -> Iterator[SmtpSink]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def dripping_receiver(seconds: float = 30.0) -> Iterator[str]:
+    """A receiver that answers 500 and then drips its body one byte every 0.2 s for
+    ``seconds``: each read is quick, the whole answer is not. Yields its URL."""
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # http.server calls it by this name
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            n = int(seconds / 0.2)
+            self.send_response(500)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            self.wfile.flush()
+            for _ in range(n):
+                if stop.is_set():
+                    return
+                try:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()

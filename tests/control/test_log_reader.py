@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -299,3 +300,76 @@ def test_names_a_job_planted_cannot_break_the_reader(tmp_path: Path) -> None:
     append(adir / "a100-00.log", "[default" + "9" * 5000 + "]:not a copy\n")
     got = read_all(adir, Cursor(7, 1))
     assert got == [("a100-00/agent", "[default" + "9" * 5000 + "]:not a copy")]
+
+
+def test_a_file_of_bare_newlines_gives_bounded_answers_and_every_line_once(tmp_path: Path) -> None:
+    adir = tmp_path / "attempt-1"
+    adir.mkdir()
+    (adir / "a100-00.log").write_bytes(b"\n" * (1 << 20))
+    out = rank_file(adir, "a100-00", 0)
+    append(out, "".join(f"r{i}\n" for i in range(50_000)))  # short numbered lines: in order
+    cursor = Cursor(7, 1)
+    chunk = follow(adir, sources(adir, PLACEMENT), cursor, OWNER, final=True)
+    size = len(json.dumps(chunk.lines, ensure_ascii=False))
+    assert chunk.more and size < 2 * log_reader.FOLLOW_BYTES  # unbounded: 18.9 MB, 349,525 lines
+    assert len(chunk.lines) <= 2 * log_reader.FOLLOW_BYTES // log_reader.LINE_OVERHEAD_BYTES
+    got = [(x["source"], x["text"]) for x in chunk.lines]
+    got += read_all(adir, Cursor.decode(cursor.encode()), final=True)
+    assert [t for s, t in got if s == "a100-00/agent"] == [""] * (1 << 20)
+    assert [t for s, t in got if s == "a100-00/rank0"] == [f"r{i}" for i in range(50_000)]
+    assert len(got) == (1 << 20) + 50_000
+    listed = log_reader.tail(adir, sources(adir, PLACEMENT), OWNER, 1_000_000, 1 << 20)
+    assert len("\n".join(listed)) < 3 * (1 << 20)  # the plain-text /logs is bounded too
+    assert listed[-1] == "[a100-00/rank0] r49999" and listed[-2] == "[a100-00/rank0] r49998"
+
+
+def test_thousands_of_planted_directories_and_a_directory_link_cost_a_bounded_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "secret"
+    (secret / "attempt_0" / "0").mkdir(parents=True)
+    (secret / "attempt_0" / "0" / "stdout.log").write_text("the other tenant's log\n")
+    (secret / "5").mkdir()
+    (secret / "5" / "stdout.log").write_text("the other tenant's log\n")
+    adir = tmp_path / "attempt-1"
+    adir.mkdir()
+    append(rank_file(adir, "a100-00", 0), "mine\n")
+    run = rank_file(adir, "a100-00", 0).parent.parent.parent
+    (run.parent / "linked-run").symlink_to(secret)  # a run directory linked out of the attempt
+    (run / "attempt_0" / "5").symlink_to(secret / "5")  # and a local rank directory
+    planted = adir / "ranks" / "a100-01"
+    for k in range(2500):  # run directories, and names that are no local rank
+        (planted / f"r{k}" / "attempt_0").mkdir(parents=True)
+        (planted / "r0" / "attempt_0" / f"x{k}").mkdir()
+    scanned = 0
+    real_scandir = os.scandir
+
+    class Counting:
+        def __init__(self, fd: Any) -> None:
+            self.it = real_scandir(fd)
+
+        def __enter__(self) -> Counting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self) -> Counting:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            nonlocal scanned
+            scanned += 1
+            return next(self.it)
+
+    monkeypatch.setattr(os, "scandir", Counting)
+    started = time.perf_counter()
+    srcs = sources(adir, PLACEMENT)
+    got = read_all(adir, Cursor(7, 1), final=True)
+    took = time.perf_counter() - started
+    monkeypatch.undo()
+    assert [s.label for s in srcs] == ["a100-00/agent", "a100-00/rank0", "a100-00/rank0",
+                                       "a100-01/agent"]  # no rank 5, nothing via linked-run
+    assert got == [("a100-00/rank0", "mine")]
+    # two walks (sources, and read_all's), each bounded per node: the glob read all 7,500
+    assert scanned <= 2 * 2 * log_reader._MAX_RANK_ENTRIES
+    assert took < 2.0

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from grace_up import grace_up
 from helpers import LAB, REPO, FakeClock, add_job, authed
-from notify_sinks import smtp_sink, webhook_receiver
+from notify_sinks import dripping_receiver, smtp_sink, webhook_receiver
 from test_reconciler import A100, Rig
 
 from grace.control.api import create_app
@@ -322,6 +322,61 @@ def test_a_row_that_cannot_be_sent_fails_without_holding_up_the_others(
     assert [p for p, _ in posts(rx)] == ["/good"]
     [row] = rows(store, bad)
     assert row.status is DeliveryStatus.FAILED and row.tries == 1
+
+
+def test_a_slow_dripping_receiver_is_cut_off_and_holds_up_no_other_tenant(
+        store: Store, tmp_path: Path) -> None:
+    config = NotifyConfig(allow_hosts=["127.0.0.1"], delivery=DeliverySpec(timeout_s=1))
+    with dripping_receiver() as slow_url, webhook_receiver() as rx:
+        slow = [add_job(store, 10.0, tenant="slowpoke", notify={"webhook": f"{slow_url}/s{i}"})
+                for i in range(3)]
+        fast = add_job(store, 10.0, tenant="vision", notify={"webhook": f"{rx.url}/fast"})
+        for jid in [*slow, fast]:
+            cancel_pending(store, jid, 11.0)
+        sender = deliverer(store, tmp_path, lambda: 20.0, config)
+        started = time.monotonic()
+        assert sender.run_once(limit=2) == 2  # round-robin: one of each tenant's
+        took = time.monotonic() - started
+        sender.close()
+    assert took < 3, took  # one slow receiver: about timeout_s, not its 30 s answer
+    assert [p for p, _ in posts(rx)] == ["/fast"]
+    [row] = rows(store, fast)
+    assert row.status is DeliveryStatus.DELIVERED
+    tried = [r for jid in slow for r in rows(store, jid) if r.tries]
+    assert len(tried) == 1 and (tried[0].last_error or "").startswith("HTTP 500")
+
+
+def test_a_name_resolving_to_a_private_address_is_refused_at_send(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    real = socket.getaddrinfo
+    with webhook_receiver() as rx:
+        port = int(rx.url.rsplit(":", 1)[1])
+
+        def fake(host: Any, *args: Any, **kw: Any) -> Any:
+            if host == "hooks.example.com":  # an allowed name whose DNS points inside
+                return real("127.0.0.1", *args, **kw)
+            return real(host, *args, **kw)
+
+        monkeypatch.setattr(socket, "getaddrinfo", fake)
+        url = f"http://hooks.example.com:{port}/x"
+        jid = add_job(store, 10.0, notify={"webhook": url})
+        cancel_pending(store, jid, 11.0)
+        by_name = NotifyConfig(allow_hosts=["hooks.example.com"])
+        deliverer(store, tmp_path, lambda: 20.0, by_name).run_once()
+        [row] = rows(store, jid)
+        assert row.status is DeliveryStatus.FAILED and rx.got == []
+        assert "resolves to 127.0.0.1" in (row.last_error or "")
+        # the operator names the literal address too: then it may be called, and the
+        # request goes to the checked address with the name kept in the Host header
+        ok = add_job(store, 10.0, notify={"webhook": url})
+        cancel_pending(store, ok, 11.0)
+        both = NotifyConfig(allow_hosts=["hooks.example.com", f"127.0.0.1:{port}"])
+        deliverer(store, tmp_path, lambda: 20.0, both).run_once()
+        [row] = rows(store, ok)
+        assert row.status is DeliveryStatus.DELIVERED
+        assert [r.headers["Host"] for r in rx.got] == [f"hooks.example.com:{port}"]
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:

@@ -86,7 +86,7 @@ def test_early_stopping_saves_gpu_seconds_and_the_table_names_the_best(tmp_path:
         assert stopped["gpu_seconds"] < full["gpu_seconds"]
         # the best trial is one the rule let finish, and it learned: a small val_loss
         best = next(t for t in stopped["trials"] if t["id"] == stopped["best"])
-        assert best["state"] == "completed" and best["best"] < 0.01 and best["steps"] == 60, \
+        assert best["state"] == "completed" and best["best"] < 0.01 and best["steps"] == 100, \
             json.dumps(stopped["trials"])
         assert all(t["best"] >= best["best"] for t in stopped["trials"] if t["best"] is not None)
 

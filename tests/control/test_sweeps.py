@@ -186,3 +186,40 @@ def test_a_passed_preflight_lets_the_job_take_its_gpus(world: World) -> None:
     launch = world.rec.backend.launches_of(big)[0]
     assert sum(len(n.gpus) for n in launch.nodes) == 8
     assert PREFLIGHT_STEPS_ENV not in launch.env
+
+
+def test_a_member_cannot_run_a_sweep_as_another_tenant_or_depend_on_its_jobs(
+        world: World) -> None:
+    """The base job's own ``tenant`` and ``dependency`` pass the same checks as ``POST /jobs``:
+    a member's trials run as its tenant only, and depend only on jobs it can see."""
+    as_a = world.client.post("/sweeps", headers=world.other,
+                             json=_sweep(job={"tenant": "a", "gpus": 0.25, "command": ["x"]}))
+    assert as_a.status_code in (403, 422), as_a.text
+    assert "tenant" in as_a.text
+    theirs = world.client.post("/jobs", headers=world.member,
+                               json={"name": "a-job", "gpus": 1, "command": ["x"]}).json()["id"]
+    probe = world.client.post("/sweeps", headers=world.other, json=_sweep(job={
+        "gpus": 0.25, "command": ["x"], "dependency": [{"kind": "afterok", "job": theirs}]}))
+    assert probe.status_code == 422, probe.text
+    assert probe.json()["detail"][0]["field"] == "job.dependency.0.job"
+    with world.store.read() as s:  # nothing of b's was stored
+        assert [j.tenant for j in repo.list_jobs(s, limit=10)] == ["a"]
+
+
+@pytest.mark.parametrize("planted", [
+    '{"val_loss": [["x", 1.0]]}', '{"val_loss": [[1, null]]}', '{"val_loss": [[true, 1.0]]}',
+    '{"val_loss": [[1e400, 1.0]]}', '[1, 2]', '{"val_loss": "x"}'])
+def test_a_trials_planted_metrics_file_never_stops_the_cycle(world: World, planted: str) -> None:
+    """The job's processes own their attempt directory and can replace ``metrics.json``:
+    what they put there is dropped, and every other tenant's job still starts."""
+    ids = world.client.post("/sweeps", json=_sweep(), headers=world.member).json()["trials"]
+    world.rec.cycle()
+    for j in ids[:2]:
+        world.report(j, good(0.5))
+    (world.dirs.attempt(ids[0], 1) / "metrics.json").write_text(planted)
+    other = world.client.post("/jobs", headers=world.other,
+                              json={"name": "b-job", "gpus": 1, "command": ["x"]}).json()["id"]
+    world.rec.cycle()
+    assert world.state_of(other) == JobState.RUNNING
+    r = world.client.get(f"/sweeps/{ids[0]}", headers=world.member)
+    assert r.status_code == 200, r.text

@@ -29,6 +29,13 @@ A :class:`Cursor` holds the byte offset of each source. A read returns only whol
 (a last line without its newline waits for it) unless the attempt has ended, at most
 ``budget`` bytes in all, starting each time from the source after the last one it read, so
 one chatty rank cannot starve the others; a line longer than a source's share is split.
+Each line is charged ``LINE_OVERHEAD_BYTES`` on top of its bytes (what it costs to answer
+besides its text), so a file of bare newlines cannot make an answer of millions of lines.
+
+The rank directories are found by a bounded walk (``_MAX_RANK_ENTRIES`` directory entries
+per node, all levels together) that opens each level without following a symlink and
+keeps only ``attempt_*`` directories and decimal local-rank directories: a job that plants
+thousands of directories, or links one out of the attempt, costs a bounded read.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -53,6 +60,11 @@ FOLLOW_BYTES = 1 << 20
 MIN_SHARE_BYTES = 16 * 1024
 #: Local ranks per node a cursor tracks (a directory named 99999 planted in ``ranks/`` is skipped).
 MAX_LOCAL_RANKS = 1024
+#: What each line costs against a budget besides its bytes: its share of the answer's JSON
+#: (source, stream, quoting) and of the work, so an answer is bounded in lines too.
+LINE_OVERHEAD_BYTES = 64
+#: Directory entries the walk of one node's ``ranks/`` reads at most, every level together.
+_MAX_RANK_ENTRIES = 2 * MAX_LOCAL_RANKS
 #: Characters of an encoded cursor the API accepts (it travels in a query string).
 MAX_CURSOR_CHARS = 12_000
 #: Bytes a cursor may decompress to.
@@ -157,15 +169,78 @@ def _inside(path: Path, root: Path) -> bool:
     return real == real_root or real.startswith(real_root + os.sep)
 
 
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int | None:
+    """A directory opened without following a symlink as its last component, or None."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=dir_fd)
+    except (OSError, ValueError):  # ValueError: a name with a NUL
+        return None
+
+
+def _local_rank(name: str) -> bool:
+    """A name the job chose that is a local rank: ASCII digits, short, below the cap
+    (``int()`` of "²" or of 5000 digits raises)."""
+    return name.isascii() and name.isdigit() and len(name) <= 4 and int(name) < MAX_LOCAL_RANKS
+
+
+def _subdirs(fd: int, keep: Callable[[str], bool], left: list[int]) -> list[str]:
+    """The names of ``fd``'s subdirectories (not links to one) that ``keep`` accepts, sorted;
+    each entry read, kept or not, spends one of ``left[0]``, and the listing stops at 0."""
+    names: list[str] = []
+    if left[0] <= 0:
+        return names
+    try:
+        with os.scandir(fd) as it:  # it reads a duplicate of ``fd``, and closes that
+            for entry in it:
+                left[0] -= 1
+                if keep(entry.name) and entry.is_dir(follow_symlinks=False):
+                    names.append(entry.name)
+                if left[0] <= 0:
+                    break
+    except OSError:
+        pass
+    return sorted(names)
+
+
 def _rank_files(adir: Path, node: str) -> dict[int, Path]:
-    """``{local rank: its directory}`` that torchrun made for ``node`` (the newest per rank).
-    A directory the job linked out of the attempt is listed here and refused when opened."""
+    """``{local rank: its directory}`` that torchrun made for ``node`` (the newest per rank):
+    ``ranks/<node>/<run>/attempt_*/<local rank>/`` with a ``stdout.log``. A bounded walk that
+    follows no directory symlink: see the module."""
     found: dict[int, Path] = {}
-    for out in sorted((adir / "ranks" / node).glob("*/attempt_*/*/stdout.log")):
-        name = out.parent.name
-        # a name the job chose: ASCII digits, short (int() of "²" or of 5000 digits raises)
-        if name.isascii() and name.isdigit() and len(name) <= 4 and int(name) < MAX_LOCAL_RANKS:
-            found[int(name)] = out.parent
+    left = [_MAX_RANK_ENTRIES]
+    ranks = _open_dir(adir / "ranks")
+    if ranks is None:
+        return found
+    try:
+        top = _open_dir(node, ranks) if node not in ("", ".", "..") and "/" not in node else None
+    finally:
+        os.close(ranks)
+    if top is None:
+        return found
+    try:
+        for run in _subdirs(top, lambda name: True, left):
+            rfd = _open_dir(run, top)
+            if rfd is None:
+                continue
+            try:
+                for att in _subdirs(rfd, lambda name: name.startswith("attempt_"), left):
+                    afd = _open_dir(att, rfd)
+                    if afd is None:
+                        continue
+                    try:
+                        for local in _subdirs(afd, _local_rank, left):
+                            try:
+                                os.stat(f"{local}/stdout.log", dir_fd=afd, follow_symlinks=False)
+                            except OSError:
+                                continue
+                            found[int(local)] = adir / "ranks" / node / run / att / local
+                    finally:
+                        os.close(afd)
+            finally:
+                os.close(rfd)
+    finally:
+        os.close(top)
     return found
 
 
@@ -187,6 +262,34 @@ def sources(adir: Path, placement: Sequence[dict[str, Any]], node: str | None = 
             out.append(Source(name, 1 + 2 * local, label, Stream.STDOUT, rdir / "stdout.log"))
             out.append(Source(name, 2 + 2 * local, label, Stream.STDERR, rdir / "stderr.log"))
     return out
+
+
+def _fit(data: bytes, share: int) -> tuple[int, int]:
+    """Where the whole lines at the start of ``data`` that fit ``share`` end (each line
+    charged ``LINE_OVERHEAD_BYTES`` besides its bytes; the first whole line always fits),
+    and how many lines that is."""
+    whole = data.rfind(b"\n") + 1
+    count = data.count(b"\n", 0, whole)
+    if whole + LINE_OVERHEAD_BYTES * count <= share:
+        return whole, count
+    cut = lines = 0
+    while True:
+        end = data.find(b"\n", cut) + 1
+        if end == 0 or (lines and end + LINE_OVERHEAD_BYTES * (lines + 1) > share):
+            return cut, lines
+        cut, lines = end, lines + 1
+
+
+def _last_lines(raw: bytes, budget: int, max_lines: int | None) -> bytes:
+    """The end of ``raw``, whole lines, that fits ``budget`` with each line charged
+    ``LINE_OVERHEAD_BYTES`` (the last line always fits), at most ``max_lines`` of them."""
+    start, lines = len(raw), 0
+    while start > 0 and (max_lines is None or lines < max_lines):
+        prev = raw.rfind(b"\n", 0, start - 1) + 1  # where the line before ``start`` begins
+        if lines and len(raw) - prev + LINE_OVERHEAD_BYTES * (lines + 1) > budget:
+            break
+        start, lines = prev, lines + 1
+    return raw[start:]
 
 
 def _split(src: Source, data: bytes) -> list[str]:
@@ -217,7 +320,8 @@ class Chunk:
 
 def follow(adir: Path, srcs: Sequence[Source], cursor: Cursor, owner: int | None, *,
            final: bool, budget: int = FOLLOW_BYTES) -> Chunk:
-    """The lines after ``cursor``, at most about ``budget`` bytes of them.
+    """The lines after ``cursor``, at most about ``budget`` bytes of them, each line
+    charged ``LINE_OVERHEAD_BYTES`` besides its bytes.
 
     ``final``: the attempt has ended (checked *before* this read, so the files are
     complete): a last line without its newline is returned too.
@@ -248,24 +352,28 @@ def follow(adir: Path, srcs: Sequence[Source], cursor: Cursor, owner: int | None
             except OSError:
                 continue
         at_end = offset + len(data) >= size
-        cut = data.rfind(b"\n") + 1
-        if (final and at_end) or (cut == 0 and len(data) >= share):
-            cut = len(data)  # the attempt ended, or one line fills the share: split it
+        whole = data.rfind(b"\n") + 1
+        cut, count = _fit(data, share)
+        if cut == whole < len(data) and ((final and at_end) or (cut == 0 and len(data) >= share)):
+            cut, count = len(data), count + 1  # the attempt ended, or one line fills the share
         for text in _split(src, data[:cut]):
             lines.append({"source": src.label, "stream": str(src.stream), "text": text})
         cursor.set(src, offset + cut)
-        spent += cut
+        spent += cut + LINE_OVERHEAD_BYTES * count
         if offset + cut < size:
             drained = False
-            more = more or not at_end  # beyond this read, not just a line awaiting its newline
+            # beyond this read, or whole lines the share left out: not just a line awaiting
+            # its newline
+            more = more or not at_end or cut < whole
     cursor.start = next_start
     return Chunk(lines, cursor, more, drained)
 
 
 def tail(adir: Path, srcs: Iterable[Source], owner: int | None, lines_per_source: int,
          max_bytes: int) -> list[str]:
-    """The last ``lines_per_source`` lines of each source (of its last ``max_bytes``), each
-    as ``[label] text``: the plain-text ``/jobs/N/logs``."""
+    """The last ``lines_per_source`` lines of each source (of its last ``max_bytes``, each
+    line charged ``LINE_OVERHEAD_BYTES`` besides its bytes), each as ``[label] text``: the
+    plain-text ``/jobs/N/logs``."""
     out: list[str] = []
     for src in srcs:
         raw = read_job_file(src.path, owner, max_bytes=max_bytes) if _inside(src.path, adir) else None
@@ -273,5 +381,7 @@ def tail(adir: Path, srcs: Iterable[Source], owner: int | None, lines_per_source
             continue
         if len(raw) == max_bytes:  # the file's end only: its first line is cut, drop it
             raw = raw[raw.find(b"\n") + 1:]
+        # the agent's copies of rank lines are dropped after: count them, do not stop early
+        raw = _last_lines(raw, max_bytes, None if src.tee_ranks else lines_per_source)
         out += [f"[{src.label}] {text}" for text in _split(src, raw)[-lines_per_source:]]
     return out

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from grace.control.api_contract import MAX_INT32, READ, WRITE, errors
 from grace.control.auth import Principal
 from grace.control.live.context import JobDirs
-from grace.control.routes_workflow import submit_jobs
+from grace.control.routes_workflow import check_dependencies, submit_jobs
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.models import Job
@@ -124,15 +124,19 @@ def install_sweep_routes(app: FastAPI, store: Store, member: Any, viewer: Any,
         body = tenant_body({k: v for k, v in body.items() if k != "kind"}, who)
         try:
             sweep = SweepSpec.model_validate(body)
+            trials = sweep.expand()  # a trial's values pass the job spec's checks here
         except ValidationError as e:
             raise HTTPException(422, detail=[
                 {"field": p.path, "message": p.message}
                 for p in from_validation_error("request", e).problems]) from e
-        trials = sweep.expand()
-        for trial in trials[:1]:  # every trial has the base job's dependencies
-            refuse_internal_dependency(trial, "job.")
+        if not who.all_tenants and sweep.job.tenant != who.tenant:
+            # the base job's own tenant: a member's trials run as its tenant only
+            raise HTTPException(403, detail=f"this token submits for tenant {who.tenant!r} "
+                                            f"only, not {sweep.job.tenant!r}")
+        refuse_internal_dependency(sweep.job, "job.")
         records = [vet(t) for t in trials]  # every trial, before anything is stored
         with store.transaction() as s:
+            check_dependencies(s, sweep.job, who, "job.")
             jobs = repo.add_job_group(s, trials, sweep.max_parallel, clock(), who.actor,
                                       who.token_id, "sweep")
             for job, record in zip(jobs, records, strict=True):

@@ -22,6 +22,7 @@ here is audited beyond the access log.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Query
@@ -40,6 +41,8 @@ from grace.core.topology import Topology
 MAX_PAGE = 1000
 #: GPU-hours in ``GET /shares`` are counted over this many hours back, unless asked.
 SHARES_WINDOW_H = 7 * 24.0
+#: Seconds ``GET /priority`` serves one build of the queue order (a reconcile cycle is ~1 s)
+PRIORITY_TTL_S = 2.0
 #: Epoch seconds a query may name (year 2100): beyond is a typo, not a time.
 _MAX_EPOCH = 4_102_444_800.0
 
@@ -134,6 +137,26 @@ def install_views_routes(app: FastAPI, store: Any, topo: Topology, reconciler: A
             page = [_history_row(j) for j in rows[:limit]]
         return {"jobs": page, "next": page[-1]["id"] if len(rows) > limit else None}
 
+    queue_cache: list[tuple[float, Any, int, list[Any]]] = []
+    queue_lock = threading.Lock()
+
+    def _queue(rec: Any) -> tuple[float, Any, int, list[Any]]:
+        """(when, policy, jobs waiting, queue order), rebuilt at most every
+        ``PRIORITY_TTL_S``: a view of 20,000 waiting jobs takes seconds to build, and any
+        viewer may ask; concurrent askers wait for one build, not one each."""
+        from grace.control.live.view import ViewBuilder
+
+        with queue_lock:
+            now = clock()
+            if queue_cache and now - queue_cache[0][0] < PRIORITY_TTL_S:
+                return queue_cache[0]
+            builder = ViewBuilder(rec.ctx)
+            builder.demand = None  # the order reads no request mix; skip reading every job
+            view = builder.build(now)
+            entry = (now, view.state.policy, len(view.pending), queue_order(view.state))
+            queue_cache[:] = [entry]
+            return entry
+
     @app.get("/priority", responses=errors(*READ))
     def priority(tenant: str | None = Query(None, max_length=200),
                  who: Principal = viewer) -> dict[str, Any]:
@@ -144,20 +167,14 @@ def install_views_routes(app: FastAPI, store: Any, topo: Topology, reconciler: A
             raise HTTPException(503, detail=(
                 "no scheduler runs in this process: the queue order is the reconciler's "
                 "(start the control plane with `grace up`)"))
-        from grace.control.live.view import ViewBuilder
-
-        builder = ViewBuilder(reconciler.ctx)
-        builder.demand = None  # the order reads no request mix; skip reading every job
-        now = clock()
-        view = builder.build(now)
+        now, policy, waiting, order = _queue(reconciler)
         scoped, visible = _scope(who, tenant)
-        policy = view.state.policy
         out: dict[str, Any] = {"policy": policy.name, "order": list(policy.order),
-                               "fair_share": policy.fair_share, "waiting": len(view.pending),
+                               "fair_share": policy.fair_share, "waiting": waiting,
                                "jobs": []}
         if not visible:
             return out
-        entries = [e for e in queue_order(view.state) if scoped is None or e.tenant == scoped]
+        entries = [e for e in order if scoped is None or e.tenant == scoped]
         with store.read() as s:
             jobs = {j.id: j for j in s.scalars(select(Job).where(
                 Job.id.in_([int(e.job_id) for e in entries])))}

@@ -30,14 +30,21 @@ from grace.spec.job import JobSpec
 JobId = Annotated[int, InPath(ge=1, le=MAX_INT32, description="a job id", examples=[1])]
 
 
-def submit_jobs(s: Session, spec: JobSpec, who: Principal, now: float) -> list[Job]:
-    """Store ``spec``: one job, or one per task of its array (a throttled group)."""
+def check_dependencies(s: Session, spec: JobSpec, who: Principal, prefix: str = "") -> None:
+    """422 unless every job ``spec`` depends on exists and ``who`` may see it: another
+    tenant's job answers as a missing one, so a dependency cannot learn its outcome."""
     for i, dep in enumerate(spec.dependency):
         parent = repo.get_job(s, dep.job)
         if parent is None or not who.sees(parent.tenant):
-            raise HTTPException(422, detail=[{"field": f"dependency.{i}.job", "message": (
+            raise HTTPException(422, detail=[{"field": f"{prefix}dependency.{i}.job",
+                                              "message": (
                 f"no job {dep.job} to depend on; name a job of yours that exists "
                 "(grace jobs lists them)")}])
+
+
+def submit_jobs(s: Session, spec: JobSpec, who: Principal, now: float) -> list[Job]:
+    """Store ``spec``: one job, or one per task of its array (a throttled group)."""
+    check_dependencies(s, spec, who)
     if spec.array is None:
         return [repo.add_job(s, spec, now, who.actor, who.token_id)]
     return repo.add_job_group(s, [spec] * len(spec.array.indices), spec.array.max_parallel,
@@ -107,4 +114,4 @@ def install_workflow_routes(app: FastAPI, store: Store, member: Any,
         return _act(job_id, who, act)
 
 
-__all__ = ["install_workflow_routes", "submit_jobs", "submitted", "summary"]
+__all__ = ["check_dependencies", "install_workflow_routes", "submit_jobs", "submitted", "summary"]

@@ -31,16 +31,15 @@ MAX_POINTS = 1000
 
 def _points(record: Mapping[str, Any]) -> Iterable[tuple[str, int, float]]:
     step, loss = record.get("step"), record.get("loss")
-    if isinstance(step, int) and isinstance(loss, int | float):
-        yield "loss", step, float(loss)
+    if _is_step(step) and _is_value(loss):
+        yield "loss", int(step), float(loss)  # type: ignore[arg-type]
     metrics = record.get("metrics")
     if isinstance(metrics, dict):
         for name, pts in metrics.items():
             if not isinstance(name, str) or not isinstance(pts, list):
                 continue
             for p in pts:
-                if (isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)
-                        and isinstance(p[1], int | float)):
+                if isinstance(p, list) and len(p) == 2 and _is_step(p[0]) and _is_value(p[1]):
                     yield name[:64], p[0], float(p[1])
 
 
@@ -49,10 +48,35 @@ def _thin(points: list[list[float]]) -> list[list[float]]:
     return points[:half:2] + points[half:]
 
 
+def _is_step(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+
+
+def _is_value(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def checked(data: Mapping[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """A metrics file's contents as the control plane may trust them: the job's processes
+    can replace the file, so only names with lists of ``[int step, finite number]`` pairs
+    are kept, at most ``MAX_METRICS`` names of the newest ``MAX_POINTS`` points each;
+    anything else is dropped, never raised (the early-stopping watch runs in the cycle)."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for name, pts in data.items():
+        if len(out) >= MAX_METRICS:
+            break
+        if not isinstance(name, str) or not isinstance(pts, list):
+            continue
+        out[name[:64]] = [(p[0], float(p[1])) for p in pts[-MAX_POINTS:]
+                          if isinstance(p, list) and len(p) == 2 and _is_step(p[0])
+                          and _is_value(p[1])]
+    return out
+
+
 def merge(current: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """``current`` (a metrics file's contents) with the points of ``records`` added."""
     out: dict[str, list[list[float]]] = {
-        k: list(v) for k, v in current.items() if isinstance(k, str) and isinstance(v, list)}
+        k: [[st, v] for st, v in pts] for k, pts in checked(current).items()}
     for name, step, value in (p for r in records for p in _points(r)):
         if not math.isfinite(value) or (name not in out and len(out) >= MAX_METRICS):
             continue
@@ -89,10 +113,7 @@ def read(attempt_dir: Path) -> dict[str, list[tuple[int, float]]]:
     hit = _parsed.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
-    data = read_job_json(path, None) or {}
-    out = {name: [(int(p[0]), float(p[1])) for p in pts
-                  if isinstance(p, list) and len(p) == 2]
-           for name, pts in data.items() if isinstance(pts, list)}
+    out = checked(read_job_json(path, None) or {})
     if len(_parsed) >= _PARSED_MAX:
         _parsed.clear()
     _parsed[path] = (key, out)

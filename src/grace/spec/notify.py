@@ -44,6 +44,9 @@ _MAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z
 _HOST = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
                    r"|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
+#: A webhook's host after IDNA encoding: letters, digits, dots and hyphens only (a backslash,
+#: ``;``, ``%`` or a Unicode space would be read differently by a resolver or a proxy).
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -79,6 +82,10 @@ def check_webhook_url(url: str) -> str:
                          "listed; the receiver checks the Grace-Signature header instead")
     if not parts.hostname:
         raise ValueError("the URL names no host; write e.g. https://hooks.example.com/grace")
+    if url_host(url) is None:
+        raise ValueError(f"notify.webhook: the host {parts.hostname!r} holds characters other "
+                         "than letters, digits, dots and hyphens; write its plain DNS name "
+                         "(e.g. hooks.example.com) or a bracketed IPv6 address")
     try:
         parts.port  # noqa: B018 - raises on a port out of range
     except ValueError as e:
@@ -98,6 +105,21 @@ def check_mail_address(address: str) -> str:
     return address
 
 
+def url_host(url: str) -> str | None:
+    """``url``'s host, lower case, IDNA-encoded, without a trailing dot; an IPv6 literal
+    without its brackets. None when it holds anything but letters, digits, dots and hyphens."""
+    parts = urlsplit(url)
+    raw = parts.hostname or ""
+    if "[" in parts.netloc:  # urlsplit checks a bracketed literal is an IPv6 address
+        return raw.lower() if re.fullmatch(r"[0-9a-f:.]+", raw.lower()) else None
+    try:
+        host = raw.encode("idna").decode("ascii") if not raw.isascii() else raw
+    except UnicodeError:
+        return None
+    host = host.lower().rstrip(".")
+    return host if _HOST_NAME.fullmatch(host) and ".." not in host else None
+
+
 def host_allowed(url: str, allow_hosts: list[str]) -> bool:
     """Whether ``url``'s host (and port, where the entry names one) is on the list.
 
@@ -105,7 +127,9 @@ def host_allowed(url: str, allow_hosts: list[str]) -> bool:
     port allows every port of its host. Names compare case-insensitively.
     """
     parts = urlsplit(url)
-    host = (parts.hostname or "").lower().rstrip(".")
+    host = url_host(url)
+    if host is None:  # a character a resolver reads differently: never on the list
+        return False
     port = parts.port or (443 if parts.scheme == "https" else 80)
     for entry in allow_hosts:
         name, want_port = _split_entry(entry.lower())
@@ -115,6 +139,18 @@ def host_allowed(url: str, allow_hosts: list[str]) -> bool:
             if host.endswith(name[1:]) and host != name[2:]:
                 return True
         elif host == name.strip("[]"):
+            return True
+    return False
+
+
+def literal_ip_allowed(address: str, port: int, allow_hosts: list[str]) -> bool:
+    """Whether the list names ``address`` itself, as an IP literal (for that port, where the
+    entry names one): only then may a webhook reach a private or loopback address."""
+    for entry in allow_hosts:
+        name, want_port = _split_entry(entry.lower())
+        if want_port is not None and want_port != port:
+            continue
+        if name.strip("[]") == address.lower():
             return True
     return False
 
@@ -276,6 +312,8 @@ __all__ = [
     "check_mail_address",
     "check_webhook_url",
     "host_allowed",
+    "literal_ip_allowed",
     "load_notify_config",
     "parse_notify_config",
+    "url_host",
 ]

@@ -139,6 +139,9 @@ class SweepSpec(BaseModel):
             job = dict(data["job"])
             job.setdefault("name", data.get("name") or "sweep")
             if data.get("tenant") is not None:
+                if job.get("tenant", data["tenant"]) != data["tenant"]:
+                    raise ValueError(f"job.tenant ({job['tenant']!r}) differs from the sweep's "
+                                     f"tenant ({data['tenant']!r}); set one of them")
                 job.setdefault("tenant", data["tenant"])
             job.setdefault("workload_class", WorkloadClass.SWEEP.value)
             data = {**data, "job": job}

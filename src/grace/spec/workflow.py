@@ -27,8 +27,10 @@ class DependencyKind(StrEnum):
 
 
 
-#: An array has at most this many tasks (Slurm's default MaxArraySize is 1001).
-MAX_ARRAY_TASKS = 10_000
+#: An array has at most this many tasks: Slurm's default MaxArraySize (1001). One
+#: submission stores every task in one transaction, which holds the store's write lock
+#: (SQLite's, for every tenant) while it runs: 10,000 tasks held it for over a minute.
+MAX_ARRAY_TASKS = 1001
 #: The largest task index (Slurm's indices run below MaxArraySize).
 MAX_ARRAY_INDEX = 1_000_000
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")

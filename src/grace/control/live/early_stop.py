@@ -40,12 +40,15 @@ class EarlyStopWatch:
             for sweep_id in sorted(i for i in sweeps if i is not None):
                 try:
                     info, trial_rows = rows(s, self.ctx.dirs, sweep_id, now)
+                    if info.early_stopping is None:
+                        continue
+                    stops = decide(as_trials(trial_rows), info.metric.mode,
+                                   info.early_stopping.config())
                 except KeyError:
                     continue
-                if info.early_stopping is None:
+                except Exception:  # one sweep's files must never stop the cycle for all
+                    log.exception("sweep %s: early stopping skipped this cycle", sweep_id)
                     continue
-                stops = decide(as_trials(trial_rows), info.metric.mode,
-                               info.early_stopping.config())
                 verdicts += [(t.trial, t.reason) for t in stops if isinstance(t.trial, int)]
         if not verdicts:
             return []

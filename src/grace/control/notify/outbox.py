@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from grace.control.store.models import Job, JobEventKind, JobState
@@ -110,11 +110,19 @@ def payload(job: Job, event: NotifyEvent, key: str, now: float) -> dict[str, Any
 
 
 def due(session: Session, now: float, limit: int = 100) -> list[Notification]:
-    """Pending rows whose next try is due, oldest first."""
+    """Pending rows whose next try is due, round-robin by tenant: each tenant's oldest, then
+    each one's second oldest, and so on, so one tenant's backlog (or slow receiver) does not
+    hold up the others'."""
+    turn = func.row_number().over(partition_by=Job.tenant,
+                                  order_by=(Notification.next_try_at, Notification.id))
+    ranked = (select(Notification.id.label("id"), turn.label("turn"))
+              .join(Job, Job.id == Notification.job_id)
+              .where(Notification.status == DeliveryStatus.PENDING,
+                     Notification.next_try_at <= now)
+              .subquery())
     return list(session.scalars(
-        select(Notification).where(Notification.status == DeliveryStatus.PENDING,
-                                   Notification.next_try_at <= now)
-        .order_by(Notification.next_try_at, Notification.id).limit(limit)))
+        select(Notification).join(ranked, ranked.c.id == Notification.id)
+        .order_by(ranked.c.turn, Notification.next_try_at, Notification.id).limit(limit)))
 
 
 def of_job(session: Session, job_id: int) -> list[Notification]:

@@ -68,6 +68,7 @@ class Deliverer:
         self.key = key
         self.base_url = base_url.rstrip("/")
         self.clock = clock
+        self.transport = transport
         self.client = httpx.Client(timeout=self.config.delivery.timeout_s, follow_redirects=False,
                                    transport=transport)
 
@@ -111,7 +112,11 @@ class Deliverer:
                                                                  self.config.allow_hosts):
                     raise SendError("its host is no longer on the server's allow_hosts",
                                     retry=False)
-                post_webhook(self.client, row.destination, payload, self.key)
+                # job URLs: the resolved address is checked; the operator's (tenant) are not
+                post_webhook(self.client, row.destination, payload, self.key,
+                             self.config.delivery.timeout_s,
+                             self.config.allow_hosts if row.origin is Origin.JOB else None,
+                             pin=self.transport is None)
             else:
                 smtp = self.config.smtp
                 if smtp is None:
