@@ -146,3 +146,34 @@ def test_dependency_hold_release_and_requeue_from_the_cli(live: Live) -> None:
         "pending", True)
     refused = live.grace("hold", str(parent))  # completed: only a pending job is held
     assert refused.returncode != 0 and "only a pending job" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_file_written_for_another_tenant_is_submitted_with_tenant(live: Live,
+                                                                    tmp_path: Path) -> None:
+    """The examples name their teams' tenants: a member of another team submits them with
+    ``--tenant`` (its own), and without it is told so, not only refused."""
+    job = tmp_path / "theirs.yaml"
+    job.write_text("name: theirs\ntenant: vision\ngpus: 1\ncommand: [python, train.py]\n")
+    refused = live.grace("submit", str(job))
+    assert refused.returncode != 0 and "--tenant research" in refused.stderr, refused.stderr
+    out = live.ok("submit", "--tenant", "research", str(job))
+    assert out["tenant"] == "research"
+    sweep = live.ok("submit", "--tenant", "research",
+                    str(Path(__file__).resolve().parents[2] / "examples/jobs/sweep.yaml"))
+    assert sweep["tenant"] == "research" and len(sweep["trials"]) == 16
+
+
+@pytest.mark.slow
+def test_an_arrays_id_and_id_index_act_as_in_slurm_from_the_cli(live: Live) -> None:
+    out = live.ok("submit", "--gpus", "1", "--array", "0-2", "--hold", "--", "python", "x.py")
+    head, tasks = out["id"], out["array"]["tasks"]
+    one = live.grace("release", f"{head}_1")
+    assert one.returncode == 0 and f"job {tasks[1]} released" in one.stdout, one.stdout
+    rest = live.grace("cancel", str(head))
+    assert rest.returncode == 0, rest.stderr
+    assert f"array {head}: 3 job(s) cancelling" in rest.stdout, rest.stdout
+    live.cycle()
+    assert all(live.ok("job", str(t))["state"] == "cancelled" for t in tasks)
+    bad = live.grace("hold", "12-3")
+    assert bad.returncode == 2 and "12_3" in bad.stderr

@@ -109,3 +109,15 @@ def test_a_read_only_postgresql_is_reported(db_url: str) -> None:
         assert "read-only transaction" in failure.reason
     finally:
         store.close()
+
+
+def test_the_sqlite_store_and_its_wal_are_the_owners_alone(tmp_path: Path) -> None:
+    """Jobs run as other users on the same host: the store's file, its WAL and its
+    shared memory (every job's spec and environment) are 0600 from the first write."""
+    db = tmp_path / "state" / "grace.sqlite"
+    store = Store.open(f"sqlite:///{db}")
+    with store.transaction() as s:
+        repo.ensure_tenant(s, "vision")
+    files = [db, db.with_name("grace.sqlite-wal"), db.with_name("grace.sqlite-shm")]
+    assert all(f.exists() for f in files)
+    assert [oct(f.stat().st_mode & 0o777) for f in files] == [oct(0o600)] * 3

@@ -187,6 +187,21 @@ def test_priority_is_the_order_the_engine_starts_waiting_jobs_in(live: Live) -> 
                         headers=live.as_("member", "y")).json()["jobs"] == []
 
 
+def test_priority_counts_the_jobs_the_gate_keeps_out_of_the_queue(live: Live) -> None:
+    """A held job or one waiting on a dependency is pending but not in the queue yet:
+    ``/priority`` says how many (``grace priority`` prints it), not "0 waiting"."""
+    _fill(live)
+    parent = live.submit("parent", "y", gpu_model=A100)
+    live.submit("held", "y", gpu_model=A100, hold=True)
+    live.submit("child", "y", gpu_model=A100, dependency=f"afterok:{parent}")
+    live.submit("other", "z", gpu_model=A100, hold=True)
+    live.cycle()
+    body = live.api.get("/priority").json()
+    assert [j["id"] for j in body["jobs"]] == [parent] and body["gated"] == 3
+    mine = live.api.get("/priority", headers=live.as_("member", "y")).json()
+    assert mine["gated"] == 2  # its own tenant's only
+
+
 def test_priority_needs_the_engine(store: Store, tmp_path: Path) -> None:
     from helpers import LAB
 

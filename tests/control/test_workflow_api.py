@@ -96,6 +96,31 @@ def test_an_array_is_stored_whole_or_not_at_all(lab: Lab) -> None:
     assert bad.status_code == 422 and "array" in bad.text
 
 
+def test_an_arrays_id_acts_on_every_task_and_id_task_on_one(lab: Lab) -> None:
+    """Slurm's ``scontrol hold 12`` / ``release 12`` / ``scancel 12`` on an array's id act on
+    every task that can take the action; ``12_3`` (``task=3``) on that task alone."""
+    out = lab.submit("arr", gpus=1, array="0-3", hold=True).json()
+    head, tasks = out["id"], out["array"]["tasks"]
+    one = lab.post(head, "release", task=2)
+    assert one.status_code == 200 and one.json()["id"] == tasks[2], one.text
+    assert [lab.job(t)["held"] for t in tasks] == [True, True, False, True]
+    rest = lab.post(head, "release", array="true")
+    assert rest.json() == {"id": head, "jobs": [tasks[0], tasks[1], tasks[3]], "skipped": 1}
+    assert not any(lab.job(t)["held"] for t in tasks)
+    again = lab.post(head, "release", array="true")
+    assert again.status_code == 409  # none is held any more
+    assert lab.post(head, "hold", array="true").json()["jobs"] == tasks
+    cancelled = lab.post(head, "cancel", array="true")
+    assert cancelled.json()["jobs"] == tasks and cancelled.json()["cancel_requested"] is True
+    lab.cycle()
+    assert all(lab.job(t)["state"] == "cancelled" for t in tasks)
+    assert lab.post(head, "cancel", task=9).status_code == 404
+    plain = lab.submit("plain").json()["id"]
+    r = lab.post(plain, "hold", array="true")
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "array"
+    assert lab.post(head, "cancel", array="true", headers=lab.as_b).status_code == 404
+
+
 # ---------------------------------------------------------------- dependencies
 def test_afterok_waits_and_a_failed_parent_cancels_the_child_with_a_reason(lab: Lab) -> None:
     parent = lab.submit("parent").json()["id"]

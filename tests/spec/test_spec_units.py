@@ -44,3 +44,17 @@ def test_duration_must_be_positive(value: object) -> None:
 )
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("1-02:00:00", 93600), ("26:00:00", 93600), ("90:00", 5400), ("02:00:00", 7200),
+    ("1-23:59:59", 172799), ("1-02:30", 95400)])
+def test_slurm_times_read_as_sbatch_reads_them(value: str, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["1-25:00:00", "10:61", "00:90:00", "1-02:61", "2:00:60"])
+def test_slurm_times_with_fields_out_of_range_say_how_to_write_one(value: str) -> None:
+    with pytest.raises(ValueError, match="run 0-59") as info:
+        parse_duration(value)
+    assert repr(value) in str(info.value) and "'1-02:00:00'" in str(info.value)

@@ -242,7 +242,8 @@ def submit(
     gpus: float | None = typer.Option(None, "--gpus"),
     name: str | None = typer.Option(None, "--name"),
     tenant: str | None = typer.Option(
-        None, "--tenant", help="default: your token's tenant (operators: 'default')"),
+        None, "--tenant", help=("the tenant to submit for, also over a file's own (default: "
+                                "your token's; operators: 'default')")),
     command: list[str] | None = typer.Argument(None, help="after --: the command to run"),
     nodes: int | None = typer.Option(None, "--nodes", "-N", help="nodes (with --gpus-per-node)"),
     gpus_per_node: int | None = typer.Option(None, "--gpus-per-node"),
@@ -262,13 +263,14 @@ def submit(
     from grace.cli import sweep as sweep_cli  # it imports this module
 
     if file is not None and not whole and sweep_cli.is_sweep_file(file):  # POST /sweeps
-        sweep_cli.submit_sweep(file, flags, as_json)
+        sweep_cli.submit_sweep(file, flags, as_json, tenant)
         return
     if file is not None and not whole and file.suffix in (".yaml", ".yml"):
         try:
             # a tenant the file does not name is the token's, not JobSpec's "default"
             specs = [{k: v for k, v in j.model_dump(mode="json", exclude_none=True).items()
                       if k != "tenant" or "tenant" in j.model_fields_set}
+                     | ({"tenant": tenant} if tenant else {})  # --tenant over the file's
                      for j in load_jobs(file)]
         except SpecError as e:
             err.print(f"[red]invalid[/red] {e}")
@@ -279,11 +281,26 @@ def submit(
             err.print("[red]invalid[/red] give the command after --, e.g. "
                       "grace submit --gpus 1 -- python train.py")
             raise typer.Exit(code=1)
+        if cmd[0].endswith((".yaml", ".yml")):  # a job file with flags, or a mistyped one
+            err.print(f"[red]invalid[/red] {escape(cmd[0])}: "
+                      + ("no such file" if not Path(cmd[0]).exists() else
+                         "a job file says its own GPUs: drop --gpus/--nodes/--gpus-per-node "
+                         "(--time, --hold, --dependency and --array apply to its jobs)"),
+                      soft_wrap=True)
+            raise typer.Exit(code=1)
+        if cmd[0].endswith(".py"):  # a script is not a program: exec would refuse it
+            err.print(f"[red]invalid[/red] {escape(cmd[0])} is a Python script: run it with "
+                      f"python, e.g. grace submit --gpus {gpus or 1:g} -- python "
+                      f"{escape(' '.join(cmd))}", soft_wrap=True)
+            raise typer.Exit(code=1)
         specs = [{"name": name or Path(cmd[0]).stem, "command": cmd,
                   **({"gpus": gpus} if gpus is not None else {}),
                   **({"tenant": tenant} if tenant else {})}]
     else:
-        err.print("[red]invalid[/red] give a job YAML file, or --gpus N -- CMD")
+        missing = file is not None and not file.exists()
+        err.print(f"[red]invalid[/red] no such file: {escape(str(file))}" if missing else
+                  "[red]invalid[/red] give a job YAML file, or --gpus N -- CMD",
+                  soft_wrap=True)
         raise typer.Exit(code=1)
     if "nodes" in flags or "gpus_per_node" in flags:  # the flags' shape, not the file's
         specs = [{k: v for k, v in s.items() if k != "gpus"} for s in specs]
@@ -440,14 +457,17 @@ def _show_job(j: dict[str, Any]) -> None:
 def logs(job_id: int, follow: bool = typer.Option(False, "-f", "--follow"),
          attempt: int | None = typer.Option(None, "--attempt"),
          node: str | None = typer.Option(None, "--node")) -> None:
-    """Print a job's logs, each line once as [node/rankN]; -f follows them, restarts too."""
+    """Print a job's logs, each line once, labelled node/rankN; -f follows them, restarts too."""
     print_logs(_call, job_id, follow=follow, attempt=attempt, node=node)
 
 
-def cancel(job_id: int, as_json: bool = JsonOpt) -> None:
-    """Cancel a job: its whole process group ends."""
-    out = _call("POST", f"/jobs/{job_id}/cancel")
-    print(json.dumps(out)) if as_json else console.print(f"cancelling job {job_id}")
+def cancel(job: str = typer.Argument(..., help="a job id, an array's id (every task) or "
+                                                "ID_INDEX (one task), as Slurm's"),
+           as_json: bool = JsonOpt) -> None:
+    """Cancel jobs (scancel): each one's whole process group ends."""
+    from grace.cli.workflow import act  # it imports this module
+
+    act(job, "cancel", "cancelling", as_json)
 
 
 def nodes(as_json: bool = JsonOpt) -> None:

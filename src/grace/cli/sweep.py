@@ -33,9 +33,11 @@ def is_sweep_file(path: Path) -> bool:
     return isinstance(data, dict) and str(data.get("kind", "")).lower() == "sweep"
 
 
-def submit_sweep(path: Path, flags: dict[str, Any], as_json: bool) -> None:
+def submit_sweep(path: Path, flags: dict[str, Any], as_json: bool,
+                 tenant: str | None = None) -> None:
     """Validate the sweep here (every bad field named at once), then ``POST /sweeps``;
-    ``flags`` (``--time``, ``--hold``, ...) apply to its base job."""
+    ``flags`` (``--time``, ``--hold``, ...) apply to its base job, ``tenant`` (``--tenant``)
+    over the file's own."""
     try:
         data = read_yaml(path)
         parse_sweep(data, str(path))
@@ -44,6 +46,8 @@ def submit_sweep(path: Path, flags: dict[str, Any], as_json: bool) -> None:
         raise typer.Exit(code=1) from e
     body = {k: v for k, v in data.items() if k != "kind"}
     body["job"] = {**body.get("job", {}), **flags}
+    if tenant:
+        body["tenant"] = body["job"]["tenant"] = tenant
     out = _call("POST", "/sweeps", json=body)
     if as_json:
         print(json.dumps(out))

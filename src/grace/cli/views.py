@@ -144,6 +144,9 @@ def priority(tenant: str | None = typer.Option(None, "--tenant"),
          Column("waited", justify="right"), Column("reason", Fit.END, min_width=10, weight=2)],
         rows, console.width, title=f"priority: {len(rows)} of {body['waiting']} waiting jobs",
         caption=f"policy {body['policy']} visits jobs by " + ", then ".join(how)))
+    if body.get("gated"):
+        console.print(f"{body['gated']} more pending job(s) wait on a hold, a dependency or "
+                      "an array's limit before they join this queue: grace jobs shows which")
 
 
 def _gpus(value: float | None) -> str:

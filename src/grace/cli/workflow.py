@@ -9,6 +9,7 @@ minutes as in ``sbatch --time=90``.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import typer
@@ -43,35 +44,69 @@ def submitted_line(out: dict[str, Any]) -> str:
             if len(tasks) > 1 else f"submitted array {array['id']}: job {tasks[0]}")
 
 
-def _act(job_id: int, verb: str, as_json: bool, said: str, **params: Any) -> None:
+#: ``12`` (a job, or a whole array by its id) or ``12_3`` (one task of array 12), as Slurm
+_JOB_TEXT = re.compile(r"^(\d{1,10})(?:_(\d{1,7}))?$")
+JOB_HELP = "a job id, an array's id (every task) or ID_INDEX (one task), as Slurm's"
+
+
+def job_target(text: str) -> tuple[int, dict[str, str]]:
+    """``"12"`` or ``"12_3"`` as the job id to call and the query that scopes it: an
+    array's id means every task (Slurm's ``scancel 12``), ``12_3`` task 3 alone."""
+    from grace.cli.client import _call, err
+
+    m = _JOB_TEXT.match(text.strip())
+    if m is None:
+        err.print(f"[red]invalid[/red] job {text!r}: write a job id (12) or an array task "
+                  "(12_3)", soft_wrap=True)
+        raise typer.Exit(code=2)
+    job_id = int(m.group(1))
+    if m.group(2) is not None:
+        return job_id, {"task": m.group(2)}
+    array = (_call("GET", f"/jobs/{job_id}").get("array") or {})
+    return job_id, ({"array": "true"} if array.get("id") == job_id else {})
+
+
+def _said(verb: str, job_id: int, params: dict[str, str], out: dict[str, Any]) -> str:
+    if "jobs" not in out:  # one job
+        return f"job {out.get('id', job_id)} {verb}"
+    what = f"array {job_id}" + (f" task {params['task']}" if "task" in params else "")
+    skipped = f" ({out['skipped']} left as they were)" if out.get("skipped") else ""
+    return f"{what}: {len(out['jobs'])} job(s) {verb}{skipped}"
+
+
+def act(text: str, verb: str, done: str, as_json: bool, **extra: str) -> None:
+    """POST ``/jobs/{id}/{verb}`` for ``text`` (``12`` or ``12_3``) and say what happened."""
     from grace.cli.client import _call, console  # it imports this module's submit helpers
 
-    out = _call("POST", f"/jobs/{job_id}/{verb}", params=params or None)
+    job_id, params = job_target(text)
+    out = _call("POST", f"/jobs/{job_id}/{verb}", params={**params, **extra} or None)
     if as_json:
         print(json.dumps(out))
         return
-    console.print(said)
+    console.print(_said(done, job_id, params, out))
 
 
-def hold(job_id: int = typer.Argument(..., help="a pending job"), as_json: bool = JsonOpt) -> None:
-    """Keep a pending job from starting until it is released (scontrol hold)."""
-    _act(job_id, "hold", as_json, f"job {job_id} held: it starts only after grace release "
-                                  f"{job_id}")
+def hold(job: str = typer.Argument(..., help=f"pending: {JOB_HELP}"),
+         as_json: bool = JsonOpt) -> None:
+    """Keep pending jobs from starting until released (scontrol hold)."""
+    act(job, "hold", "held (grace release starts it)", as_json)
 
 
-def release(job_id: int = typer.Argument(..., help="a held job"), as_json: bool = JsonOpt) -> None:
-    """Let a held job start again (scontrol release)."""
-    _act(job_id, "release", as_json, f"job {job_id} released")
+def release(job: str = typer.Argument(..., help=f"held: {JOB_HELP}"),
+            as_json: bool = JsonOpt) -> None:
+    """Let held jobs start again (scontrol release)."""
+    act(job, "release", "released", as_json)
 
 
-def requeue(job_id: int = typer.Argument(..., help="a running or ended job"),
+def requeue(job: str = typer.Argument(..., help=f"running or ended: {JOB_HELP}"),
             hold_it: bool = typer.Option(False, "--hold", help="hold it once queued "
                                                                "(scontrol requeuehold)"),
             as_json: bool = JsonOpt) -> None:
-    """Queue a job again (scontrol requeue): a running one checkpoints on SIGTERM first
+    """Queue jobs again (scontrol requeue): a running one checkpoints on SIGTERM first
     (not counted as a failure); an ended one is pending at once."""
-    _act(job_id, "requeue", as_json, f"job {job_id} requeued" + (" and held" if hold_it else ""),
-         **({"hold": "true"} if hold_it else {}))
+    act(job, "requeue", "requeued" + (" and held" if hold_it else ""), as_json,
+        **({"hold": "true"} if hold_it else {}))
 
 
-__all__ = ["flag_fields", "hold", "release", "requeue", "slurm_time", "submitted_line"]
+__all__ = ["JOB_HELP", "act", "flag_fields", "hold", "job_target", "release", "requeue",
+           "slurm_time", "submitted_line"]

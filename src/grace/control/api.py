@@ -68,13 +68,20 @@ from grace.control.routes_sweep import (
     submitted_with_preflight,
 )
 from grace.control.routes_views import install_views_routes
-from grace.control.routes_workflow import install_workflow_routes, submitted
+from grace.control.routes_workflow import (
+    ArrayFlag,
+    TaskIndex,
+    act_on,
+    install_workflow_routes,
+    submitted,
+    targets,
+)
 from grace.control.routes_workflow import summary as workflow_summary
 from grace.control.snapshot import JobCompiler
 from grace.control.store import audit, exclusions, tokens
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
-from grace.control.store.errors import Fenced
+from grace.control.store.errors import Fenced, IllegalJobTransition
 from grace.control.store.lease import Leadership
 from grace.control.store.models import LIVE_ATTEMPT_STATES, Job, JobState, Role
 from grace.control.store.writability import describe_failure, probe_write
@@ -317,7 +324,9 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         if not who.all_tenants:
             if body.get("tenant", who.tenant) != who.tenant:
                 raise HTTPException(403, detail=f"this token submits for tenant {who.tenant!r} "
-                                                f"only, not {body.get('tenant')!r}")
+                                                f"only, not {body.get('tenant')!r}; drop the "
+                                                f"job's tenant, or `grace submit --tenant "
+                                                f"{who.tenant}` for a file written for another")
             body["tenant"] = who.tenant
         elif "tenant" not in body and who.tenant:
             body["tenant"] = who.tenant
@@ -393,15 +402,22 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             nodes = exclusions.clear(s, _get(s, job_id, who), who.actor, clock(), who.token_id)
         return {"job": job_id, "cleared": nodes}
 
-    @app.post("/jobs/{job_id}/cancel", responses=errors(*WRITE, 404))
-    def cancel(job_id: JobId, who: Principal = member) -> dict[str, Any]:
+    @app.post("/jobs/{job_id}/cancel", responses=errors(*WRITE, 404, 409))
+    def cancel(job_id: JobId, who: Principal = member, array: ArrayFlag = False,
+               task: TaskIndex = None) -> dict[str, Any]:
+        """Cancel a job; with ``array``, every task of the array it names that has not
+        ended (``scancel 12``), with ``task`` one of them (``scancel 12_3``)."""
+        def act(job: Job) -> None:
+            if job.is_terminal:
+                raise IllegalJobTransition(f"job {job.id} already ended ({job.state})")
+            repo.request_cancel(s, job.id, clock(), who.actor, who.token_id)
+
         with store.transaction() as s:
-            job = _get(s, job_id, who)
-            if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED,
-                             JobState.DIVERGED):
-                raise HTTPException(409, detail=f"job {job_id} already ended ({job.state})")
-            repo.request_cancel(s, job_id, clock(), who.actor, who.token_id)
-            return {"id": job_id, "cancel_requested": True}
+            jobs = targets(s, _get(s, job_id, who), array, task)
+            out = act_on(jobs, act)
+            if len(jobs) == 1 and not array:
+                return {"id": jobs[0].id, "cancel_requested": True}
+            return {"id": job_id, "cancel_requested": True, **out}
 
     @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse,
              responses=errors(*READ, 404))

@@ -132,7 +132,8 @@ def install_sweep_routes(app: FastAPI, store: Store, member: Any, viewer: Any,
         if not who.all_tenants and sweep.job.tenant != who.tenant:
             # the base job's own tenant: a member's trials run as its tenant only
             raise HTTPException(403, detail=f"this token submits for tenant {who.tenant!r} "
-                                            f"only, not {sweep.job.tenant!r}")
+                                            f"only, not {sweep.job.tenant!r}; drop the job's "
+                                            f"tenant, or `grace submit --tenant {who.tenant}`")
         refuse_internal_dependency(sweep.job, "job.")
         records = [vet(t) for t in trials]  # every trial, before anything is stored
         with store.transaction() as s:

@@ -33,6 +33,7 @@ from grace.control.api_contract import AUTH, READ, errors
 from grace.control.auth import Principal
 from grace.control.store import repository as repo
 from grace.control.store.models import LIVE_ATTEMPT_STATES, Attempt, Job, JobState
+from grace.core.decisions import PendingReason
 from grace.core.queue_view import queue_order
 from grace.core.quotas import fair_share
 from grace.core.topology import Topology
@@ -172,6 +173,13 @@ def install_views_routes(app: FastAPI, store: Any, topo: Topology, reconciler: A
         out: dict[str, Any] = {"policy": policy.name, "order": list(policy.order),
                                "fair_share": policy.fair_share, "waiting": waiting,
                                "jobs": []}
+        gate = [r.value for r in (PendingReason.HELD, PendingReason.DEPENDENCY,
+                                  PendingReason.ARRAY_LIMIT)]
+        with store.read() as s:  # pending jobs the gate keeps from the queue (grace jobs)
+            query = select(func.count()).select_from(Job).where(
+                Job.state == JobState.PENDING, Job.reason.in_(gate))
+            out["gated"] = int(s.scalar(query.where(Job.tenant == scoped) if scoped is not None
+                                        else query) or 0) if visible else 0
         if not visible:
             return out
         entries = [e for e in order if scoped is None or e.tenant == scoped]

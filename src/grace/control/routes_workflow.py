@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query
 from fastapi import Path as InPath
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from grace.control.api_contract import MAX_INT32, WRITE, errors
@@ -26,6 +27,7 @@ from grace.control.store.db import Store
 from grace.control.store.errors import IllegalJobTransition
 from grace.control.store.models import Job
 from grace.spec.job import JobSpec
+from grace.spec.workflow import MAX_ARRAY_INDEX
 
 JobId = Annotated[int, InPath(ge=1, le=MAX_INT32, description="a job id", examples=[1])]
 
@@ -71,47 +73,96 @@ def summary(job: Job) -> dict[str, Any]:
             "dependency": list(job.spec_json.get("dependency") or [])}
 
 
+ArrayFlag = Annotated[bool, Query(description=(
+    "act on every task of the array this id names (Slurm's `scancel 12` on an array job id)"))]
+TaskIndex = Annotated[int | None, Query(ge=0, le=MAX_ARRAY_INDEX, description=(
+    "act on the task of this index of the array this id names (Slurm's `12_3`)"))]
+
+
+def targets(s: Session, job: Job, array: bool, task: int | None) -> list[Job]:
+    """The jobs an action on ``job`` means: itself, every task of the array it heads
+    (``array``), or one task of it by index (``task``); 422 if ``job`` heads no array."""
+    if not array and task is None:
+        return [job]
+    if job.array_id != job.id:
+        raise HTTPException(422, detail=[{"field": "array" if task is None else "task",
+                                          "message": f"job {job.id} is not an array's id; "
+                                                     "use the id `grace jobs` shows as ID_[...]"}])
+    tasks = list(s.scalars(select(Job).where(Job.array_id == job.id)
+                           .order_by(Job.array_index, Job.id)))
+    if task is None:
+        return tasks
+    found = [t for t in tasks if t.array_index == task]
+    if not found:
+        raise HTTPException(404, detail=f"array {job.id} has no task {task}")
+    return found
+
+
+def act_on(jobs: list[Job], act: Callable[[Job], None]) -> dict[str, Any]:
+    """``act`` on each of ``jobs`` whose state allows it; 409 (the first refusal's reason)
+    if none does. A whole array is acted on where it can be, as Slurm does."""
+    done: list[int] = []
+    refused: list[str] = []
+    for job in jobs:
+        try:
+            act(job)
+            done.append(job.id)
+        except IllegalJobTransition as e:
+            refused.append(str(e))
+    if not done:
+        raise HTTPException(409, detail=refused[0])
+    return {"jobs": done, "skipped": len(refused)}
+
+
 def install_workflow_routes(app: FastAPI, store: Store, member: Any,
                             get: Callable[[Session, int, Principal], Job],
                             clock: Callable[[], float]) -> None:
     """``get`` finds a job the caller may see (404 otherwise): ``api._get``."""
 
-    def _act(job_id: int, who: Principal, act: Callable[[Session, Job], Any]) -> Any:
+    def _act(job_id: int, who: Principal, act: Callable[[Session, Job], Any],
+             array: bool = False, task: int | None = None) -> Any:
         with store.transaction() as s:
-            job = get(s, job_id, who)
-            try:
-                return act(s, job)
-            except IllegalJobTransition as e:
-                raise HTTPException(409, detail=str(e)) from e
+            head = get(s, job_id, who)
+            jobs = targets(s, head, array, task)
+            if len(jobs) == 1 and not array:
+                try:
+                    return act(s, jobs[0])
+                except IllegalJobTransition as e:
+                    raise HTTPException(409, detail=str(e)) from e
+            return {"id": job_id, **act_on(jobs, lambda j: act(s, j))}
 
     @app.post("/jobs/{job_id}/hold", responses=errors(*WRITE, 404, 409))
-    def hold(job_id: JobId, who: Principal = member) -> dict[str, Any]:
+    def hold(job_id: JobId, who: Principal = member, array: ArrayFlag = False,
+             task: TaskIndex = None) -> dict[str, Any]:
         """Keep a pending job from starting until it is released (``scontrol hold``)."""
         def act(s: Session, job: Job) -> dict[str, Any]:
             flows.hold(s, job, clock(), who.actor, who.token_id)
-            return {"id": job_id, "state": str(job.state), "held": True}
-        return _act(job_id, who, act)
+            return {"id": job.id, "state": str(job.state), "held": True}
+        return _act(job_id, who, act, array, task)
 
     @app.post("/jobs/{job_id}/release", responses=errors(*WRITE, 404, 409))
-    def release(job_id: JobId, who: Principal = member) -> dict[str, Any]:
+    def release(job_id: JobId, who: Principal = member, array: ArrayFlag = False,
+                task: TaskIndex = None) -> dict[str, Any]:
         """Let a held job be scheduled again (``scontrol release``)."""
         def act(s: Session, job: Job) -> dict[str, Any]:
             flows.release(s, job, clock(), who.actor, who.token_id)
-            return {"id": job_id, "state": str(job.state), "held": False}
-        return _act(job_id, who, act)
+            return {"id": job.id, "state": str(job.state), "held": False}
+        return _act(job_id, who, act, array, task)
 
     @app.post("/jobs/{job_id}/requeue", responses=errors(*WRITE, 404, 409))
     def requeue(job_id: JobId, hold: Annotated[bool, Query(description=(
                     "hold it once queued (scontrol requeuehold)"))] = False,
-                who: Principal = member) -> dict[str, Any]:
+                who: Principal = member, array: ArrayFlag = False,
+                task: TaskIndex = None) -> dict[str, Any]:
         """Queue a job again (``scontrol requeue``): a running one ends its attempt with
         SIGTERM (it checkpoints; not a failure) and is pending from the next cycle; an
         ended one is pending at once."""
         def act(s: Session, job: Job) -> dict[str, Any]:
             now = flows.request_requeue(s, job, clock(), hold, who.actor, who.token_id)
-            return {"id": job_id, "state": str(job.state), "held": bool(job.held),
+            return {"id": job.id, "state": str(job.state), "held": bool(job.held),
                     "requeue_requested": not now}
-        return _act(job_id, who, act)
+        return _act(job_id, who, act, array, task)
 
 
-__all__ = ["check_dependencies", "install_workflow_routes", "submit_jobs", "submitted", "summary"]
+__all__ = ["ArrayFlag", "TaskIndex", "act_on", "check_dependencies", "install_workflow_routes",
+           "submit_jobs", "submitted", "summary", "targets"]

@@ -354,7 +354,8 @@ class Runtime:
             kept = max((s for s, _ in ckpt.committed(self.env.checkpoint_dir)), default=None)
         err = Diverged(reason, self.step)
         if self.rank == 0:
-            _log(f"{err}; stopping with exit code {err.code}; last good checkpoint: step {kept}")
+            last = f"step {kept}" if kept is not None else "none yet (it restarts from scratch)"
+            _log(f"{err}; stopping with exit code {err.code}; last good checkpoint: {last}")
             path = self.env.attempt_dir / "diverged.json"
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

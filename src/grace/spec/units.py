@@ -27,8 +27,13 @@ def parse_duration(value: object) -> float:
         parts = [int(p) for p in m.group(2).split(":")]
         if days and len(parts) == 2:
             parts.append(0)  # D-HH:MM
+        lead = 0 if days else 3 - len(parts)  # the first field given may run over (90:00)
         while len(parts) < 3:
             parts.insert(0, 0)
+        if any(parts[i] > 59 for i in (1, 2) if i > lead) or (days and parts[0] > 23):
+            raise ValueError(
+                f"cannot read duration {value!r}: minutes and seconds run 0-59, and hours "
+                "0-23 after a day count; write e.g. '1-02:00:00' (1 day 2 hours) or '26:00:00'")
         seconds = float(days * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2])
     else:
         raise ValueError(

@@ -147,5 +147,5 @@ def compact_indices(indices: list[int]) -> str:
     return ",".join(parts)
 
 
-__all__ = ["MAX_ARRAY_TASKS", "ArraySpec", "Dependency", "DependencyKind", "compact_indices",
-           "parse_array", "parse_dependency"]
+__all__ = ["MAX_ARRAY_INDEX", "MAX_ARRAY_TASKS", "ArraySpec", "Dependency", "DependencyKind",
+           "compact_indices", "parse_array", "parse_dependency"]

@@ -30,6 +30,8 @@ the takeover (PostgreSQL: the takeover waits for the row lock) or not at all.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,11 +83,26 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        _private_sqlite(Path(parsed.database))
     engine = create_engine(url)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _private_sqlite(path: Path) -> None:
+    """The store's file, its WAL and shared-memory files, readable by the control plane's
+    user alone: they hold every job's spec and environment, and jobs run as other users on
+    the same host. SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so
+    the file is made 0600 before SQLite first opens it (a umask of 022 made them 0644)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            mode = p.stat().st_mode
+            if mode & 0o077:
+                p.chmod(mode & 0o700)  # one an earlier version left wider: the owner's bits stay
 
 
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
