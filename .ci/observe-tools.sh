@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the observability tests drive for real (docs/observability.md):
 # Debian's prometheus (and promtool) for the scrape and alerting-rule tests, and
-# Debian's chromium with chromium-driver for the dashboard's browser test.
+# Debian's chromium with chromium-driver for the dashboard's browser test, and
+# Debian's fio, the storage limit `grace bench storage` is measured against.
 # Idempotent: a tool already on the machine is left as it is. As root, with apt.
 # The prometheus package would start its own server and node exporter: a
 # policy-rc.d that says "no" keeps it from starting anything (the tests start
@@ -11,6 +12,7 @@ need=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v fio >/dev/null 2>&1 || need+=(fio)
 if [ "${#need[@]}" = 0 ]; then
   exit 0
 fi

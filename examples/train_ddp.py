@@ -24,7 +24,10 @@ parameters are bitwise identical to an uninterrupted run of the same seed.
 Flags for tests: ``--fail-at-step K`` makes rank 0 die with code 3 at step K
 (on attempt 1 only, so the retry resumes and finishes), ``--diverge-at-step K``
 turns the loss into NaN at step K (the runtime ends the run with code 86),
-``--save-params PATH`` writes the final parameters (rank 0, ``torch.save``).
+``--save-params PATH`` writes the final parameters (rank 0, ``torch.save``),
+``--data-delay-ms MS`` makes every batch wait MS milliseconds inside the ``data``
+phase, a dataloader starved by slow storage (the control plane should then name the
+job input-bound: ``core.constraint``).
 
 Without torchrun (no ``WORLD_SIZE`` in the environment) it trains in one
 process, without a process group.
@@ -84,6 +87,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="auto: cuda + nccl when CUDA is available, else cpu + gloo",
     )
     p.add_argument("--sleep-per-step", type=float, default=0.0, help="seconds to sleep per step (tests)")
+    p.add_argument(
+        "--data-delay-ms",
+        type=float,
+        default=0.0,
+        help="a slow dataloader: wait this long for each batch, inside the data phase, as a "
+        "reader starved by storage would (tests of input-bound verdicts; default 0: none)",
+    )
     return p.parse_args(argv)
 
 
@@ -166,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rank 0: injected failure at step {step}", file=sys.stderr, flush=True)
             os._exit(FAIL_EXIT_CODE)  # a crash: no cleanup, no pending checkpoint finished
         with rt.phase("data"):
+            if args.data_delay_ms > 0:
+                time.sleep(args.data_delay_ms / 1000.0)  # the batch is late, the step waits
             batch = synthetic_batch(gen, args.batch_size, args.seq_len, args.vocab, torch.device("cpu"))
         with rt.phase("h2d"):
             batch = batch.to(device, non_blocking=True)

@@ -46,6 +46,8 @@ def _check_expectations(sc: Scenario, trace: Trace) -> None:
         assert trace.lemons == want["lemons"]
     for group, limit in (want.get("max_running") or {}).items():  # an array's %N held
         assert trace.max_running[group] == limit, trace.max_running
+    for job, nodes in (want.get("placed_on") or {}).items():  # the nodes of its first start
+        assert next(n for j, n in trace.starts if j == job) == tuple(nodes), trace.starts
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])

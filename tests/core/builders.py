@@ -223,4 +223,5 @@ def snapshot(state: SchedulerState) -> tuple:
         {jid: repr(run) for jid, run in state.running.items()},
         {t: (u.gpus, list(u.preemption_times)) for t, u in state.usage.items()},
         list(state.ends), list(state.deadlines), dict(state.quotas),
+        list(state.spine.leaf_load), list(state.spine.pod_load),
     )

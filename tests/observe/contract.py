@@ -13,7 +13,7 @@ CONTRACT_METRICS = frozenset({
     "grace_tenant_gpus_held", "grace_tenant_quota_gpus", "grace_gpu_allocation",
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_SM_ACTIVE",
-    "grace_gpu_telemetry_devices",
+    "grace_gpu_telemetry_devices", "grace_job_constraint", "grace_cluster_constraint_gpus",
     *(f"{h}{suffix}" for h in ("grace_checkpoint_save_seconds", "grace_checkpoint_size_bytes",
                                "grace_reconcile_cycle_seconds", "grace_api_request_duration_seconds")
       for suffix in ("_bucket", "_sum", "_count")),

@@ -404,6 +404,17 @@ def _detail(detail: Any) -> str:
                      for k, v in detail.items())
 
 
+def constraint_line(c: dict[str, Any] | None, width: int = 80) -> str | None:
+    """``constraint  input-bound (storage read): data 62% of step``: what limits a running
+    job (``core.constraint``), one line cut to ``width``; the JSON has it whole."""
+    if not c:
+        return None
+    text = f"constraint  {c.get('label') or c.get('kind')}"
+    if c.get("kind") != "unknown" and c.get("detail"):
+        text += f": {c['detail']}"
+    return text if len(text) <= width else text[:max(1, width - 3)] + "..."
+
+
 def _show_job(j: dict[str, Any]) -> None:
     """``grace job N``: every table fits the console; what a user needs is never cut
     (states, exit codes, reasons and event details wrap instead)."""
@@ -416,6 +427,9 @@ def _show_job(j: dict[str, Any]) -> None:
     tries = len(j.get("attempts") or [])
     console.print(f"wait {duration(wait)}, run {duration(run) if tries else '-'}"
                   f" over {tries} attempt{'' if tries == 1 else 's'}")
+    line = constraint_line(j.get("constraint"), width)
+    if line:
+        console.print(line, highlight=False, markup=False)
     now = time.time()
     console.print(fit_table(
         [Column("#", justify="right"), Column("state"), Column("nodes", Fit.WRAP),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from grace.cli.audit import audit_command
+from grace.cli.bench import bench_app
 from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
@@ -62,6 +63,7 @@ app.command()(showback)
 app.command()(runbooks)
 app.command()(alerts)
 app.add_typer(token_app, name="token")
+app.add_typer(bench_app, name="bench")
 app.command(name="audit")(audit_command)
 
 

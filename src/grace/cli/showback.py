@@ -41,7 +41,8 @@ def showback(
     prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
 ) -> None:
     """Per tenant: GPU-hours allocated and useful, hours lost to queueing, failures and
-    waiting on data or synchronization, and their cost at the pool's $/GPU-hour."""
+    waiting on data or synchronization (and the I/O and sync wait shares of GPU time
+    held, live), and their cost at the pool's $/GPU-hour."""
     if (cluster is None) != (trace is None):
         raise typer.BadParameter("twin mode needs both --cluster and --trace")
     if cluster is not None and trace is not None:
@@ -95,8 +96,8 @@ def _twin(cluster: Path, trace: Path, fmt: str, prices: Path | None,
 #: At 80 columns the ten do not fit side by side; ``fit_table`` then deals them into two
 #: tables that each repeat the tenant, instead of cutting every header and figure.
 COLUMNS = [Column("tenant"), *(Column(c, justify="right") for c in (
-    "jobs", "GPU-h", "useful", "useful %", "failures", "data/sync", "queue h", "cost",
-    "lost $"))]
+    "jobs", "GPU-h", "useful", "useful %", "failures", "data/sync", "I/O wait %",
+    "sync wait %", "queue h", "cost", "lost $"))]
 
 
 def _table(report: dict[str, Any], width: int = 80) -> RenderableType:
@@ -105,6 +106,8 @@ def _table(report: dict[str, Any], width: int = 80) -> RenderableType:
         return [name, f"{f['jobs']:,.0f}", f"{f['allocated_gpu_hours']:,.1f}",
                 f"{f['useful_gpu_hours']:,.1f}", f"{100 * f['useful_share']:.1f}%",
                 f"{f['failure_gpu_hours']:,.1f}", f"{f['data_sync_gpu_hours']:,.1f}",
+                f"{100 * f.get('io_wait_share', 0.0):.1f}%",
+                f"{100 * f.get('sync_wait_share', 0.0):.1f}%",
                 f"{f['queue_hours']:,.1f}", f"${f['allocated_usd']:,.0f}", f"${lost:,.0f}"]
 
     rows = [row(name, f) for name, f in report["tenants"].items()]

@@ -13,6 +13,7 @@ from typer.core import TyperCommand
 from grace.cli.fit import Column, Fit, fit_table
 from grace.cli.json_out import to_stdout, write_json
 from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
+from grace.core.checkpoint_stagger import CheckpointPhasing
 from grace.core.policies import DEFAULT_POLICY, get_policy
 from grace.sim.estimates import EstimateModel, parse_estimate_model
 from grace.sim.failures import FailureModel
@@ -95,6 +96,15 @@ FailOpt = typer.Option(False, "--failures/--no-failures",
 MtbfOpt = typer.Option(LLAMA3_GPU_MTBF_H, "--gpu-mtbf-h", min=1.0, help="per-GPU MTBF, hours")
 BurstOpt = typer.Option(None, "--bursting",
                         help="bursting YAML (kind: bursting): rent the cluster's cloud pools")
+DataPathOpt = typer.Option(
+    False, "--data-path/--no-data-path",
+    help="model the data path: step time from compute, ring all-reduce over the placement's "
+         "slowest tier and input loading, with jobs sharing spine uplinks and the file system "
+         "(the cluster's storage:) and degraded links; the JSON gains a data_path section")
+PhasesOpt = typer.Option(
+    "start", "--checkpoint-phases", metavar="start|synchronized|staggered",
+    help="with --data-path, --failures and a storage tier: when jobs checkpoint (start: an "
+         "interval after each start; synchronized: all at once; staggered: Grace's policy)")
 LemonOpt = typer.Option(0.012, "--lemon-share", min=0.0, max=1.0,
                         help="share of nodes failing 10x as often (Meta HPCA'25: 1.2%)")
 
@@ -141,9 +151,20 @@ def _bursting(path: Path | None) -> BurstingSpec | None:
         raise typer.Exit(code=2) from e
 
 
+def _phasing(value: str) -> CheckpointPhasing:
+    try:
+        return CheckpointPhasing(value.strip().lower())
+    except ValueError as e:
+        choices = ", ".join(p.value for p in CheckpointPhasing)
+        err.print(f"[red]error[/red] --checkpoint-phases: unknown {value!r}; use one of {choices}")
+        raise typer.Exit(code=2) from e
+
+
 def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
          estimates: EstimateModel, failures: FailureModel | None = None,
-         bursting: BurstingSpec | None = None, enforce_limits: bool | None = None) -> SimResult:
+         bursting: BurstingSpec | None = None, enforce_limits: bool | None = None,
+         data_path: bool = False,
+         phases: CheckpointPhasing = CheckpointPhasing.START) -> SimResult:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
@@ -151,7 +172,8 @@ def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
         try:
             result = replay(inp, policy, seed, quotas, estimates,
                             progress=lambda f: progress.update(task, completed=f),
-                            failures=failures, bursting=bursting, enforce_limits=enforce_limits)
+                            failures=failures, bursting=bursting, enforce_limits=enforce_limits,
+                            data_path=data_path, checkpoint_phases=phases)
         except ValueError as e:  # the bursting offers do not fit the cluster's pools
             err.print(f"[red]error[/red] --bursting: {e}")
             raise typer.Exit(code=2) from e
@@ -167,7 +189,19 @@ def _table(results: dict[str, SimResult], width: int | None = None) -> Renderabl
     rows = [[label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values())]
             for key, label, how in SUMMARY_FIELDS
             if any(key in r.summary for r in results.values())]  # e.g. no cloud spend unless bursting
+    rows += [[label, *(fmt_value(r.summary.get("data_path", {}).get(key, 0), how)
+                       for r in results.values())]
+             for key, label, how in DATA_PATH_FIELDS
+             if any("data_path" in r.summary for r in results.values())]
     return fit_table(columns, rows, width or console.width, title="Replay results")
+
+
+#: The rows ``--data-path`` adds (the summary's ``data_path`` section, ``sim.data_path``).
+DATA_PATH_FIELDS = (
+    ("comm_share", "exposed all-reduce share", "%"), ("input_wait_share", "input wait share", "%"),
+    ("checkpoint_write_wait_gpu_h", "GPU-h waiting on ckpt writes", "{:,.1f}"),
+    ("rerates", "contention re-rates", "{:,}"),
+)
 
 
 def _write_json(path: Path, payload: object) -> None:
@@ -220,6 +254,7 @@ def simulate(
     bursting: Path | None = BurstOpt,
     profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
     per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
+    data_path: bool = DataPathOpt, checkpoint_phases: str = PhasesOpt,
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
@@ -234,10 +269,12 @@ def simulate(
         _packing(cluster, trace, fmt, policy, seed, no_departures, drop_cpu_only, json_out)
         return
     model = _estimates(estimates, no_estimates)
+    phases = _phasing(checkpoint_phases)
     burst = _bursting(bursting)
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     result = _run(inp, policy, seed, _quotas(quotas, inp), model,
-                  _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits)
+                  _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits,
+                  data_path, phases)
     if not to_stdout(json_out):
         console.print(_table({policy: result}))
     if json_out:
@@ -258,16 +295,19 @@ def compare(
     failures: bool = FailOpt, gpu_mtbf_h: float = MtbfOpt, lemon_share: float = LemonOpt,
     profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
     per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
+    data_path: bool = DataPathOpt, checkpoint_phases: str = PhasesOpt,
 ) -> None:
     """Replay one trace under several policies and put them side by side."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
     for n in names:
         _check_policy(n)
     model = _estimates(estimates, no_estimates)
+    phases = _phasing(checkpoint_phases)
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     q = _quotas(quotas, inp)
     fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
-    results = {n: _run(inp, n, seed, q, model, fm, enforce_limits=enforce_limits) for n in names}
+    results = {n: _run(inp, n, seed, q, model, fm, enforce_limits=enforce_limits,
+                       data_path=data_path, phases=phases) for n in names}
     if not to_stdout(json_out):
         console.print(_table(results))
     if json_out:

@@ -88,6 +88,7 @@ from grace.control.store.writability import describe_failure, probe_write
 from grace.core.health import IllegalTransition, Signal, SignalKind
 from grace.core.jobs import JobCompileError
 from grace.core.topology import Topology
+from grace.observe.constraints import job_constraint
 from grace.observe.hub import Observability
 from grace.observe.routes import RequestTimer, install_observe_routes, request_observer
 from grace.spec.errors import from_validation_error
@@ -385,6 +386,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                              for e in repo.events(s, job_id)]
             out["excluded_nodes"] = exclusions.describe(job, clock())
             out["launch_failures"] = job.launch_failures
+            out["constraint"] = job_constraint(job, obs.telemetry, topo)  # live jobs; else None
             number = job.attempts_count
         adir = dirs().attempt(job_id, number)
         out["progress"] = {}

@@ -72,14 +72,16 @@ class Reconciler:
                  defer_writes: bool = False, health: HealthConfig | None = None,
                  diagnostics: Diagnostics | None = None, launch_budget: int = 3,
                  api_url: str | None = None, admission: Admission | None = None,
-                 kms: KeyEncryptionService | None = None) -> None:
+                 kms: KeyEncryptionService | None = None,
+                 fs_write_gbps: float | None = None) -> None:
         missing = {"launch", "cancel", "poll", "adopt"} - set(backend.capabilities)
         if missing:
             raise ValueError(f"backend {backend.name!r} cannot {sorted(missing)}; Grace needs them")
         settings = LiveSettings(checkpoint_s=checkpoint_s, restart_s=restart_s,
                                 heartbeat_timeout_s=heartbeat_timeout_s, move_grace_s=move_grace_s,
                                 launch_budget=launch_budget, api_url=api_url,
-                                restart_policy=restart_policy or RestartPolicy())
+                                restart_policy=restart_policy or RestartPolicy(),
+                                fs_write_gbps=fs_write_gbps)
         self.ctx = LiveContext(store, backend, topo, policy, job_dirs(store, state_dir), settings,
                                clock, admission, kms=kms)
         self.store, self.backend, self.topo, self.policy = store, backend, topo, policy

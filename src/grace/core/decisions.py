@@ -58,11 +58,20 @@ class PreemptReason(StrEnum):
     LEAST_ATTAINED_SERVICE = "least-attained-service"
 
 
+class StartNote(StrEnum):
+    """Something about a start worth telling its owner; it does not stop the start."""
+
+    # no leaf set within capacity was free: the gang shares an uplink already past its
+    # bandwidth (core.spine_load), so its all-reduce may run slower than placed alone
+    CROSSES_LOADED_UPLINK = "crosses-loaded-uplink"
+
+
 @dataclass(frozen=True, slots=True)
 class StartJob:
     job_id: JobId
     placement: Placement
     borrowing: bool = False
+    notes: tuple[StartNote, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,22 @@ Whole-GPU algorithm (``topology`` strategy, the default):
    one leaf takes partly free nodes under one leaf (fullest first) before whole
    nodes across leaves, and scatters across leaves only as a last resort.
 
+Contention (``PlacementMode.CONTENTION``, the default): when a gang must cross
+leaves on an oversubscribed fabric, step 3 weighs candidate leaf sets (today's
+fewest-leaves cover, and a cover taking the least loaded leaves first in each
+pod that could hold the gang, else across pods) by the uplink load they would
+leave with the gang added (``core.spine_load``):
+the first set whose every uplink stays within capacity, with today's first;
+if every set overloads some uplink, the one whose most loaded uplink is least
+loaded, then the one adding the least demand beyond capacity. A gang that
+fits one leaf, and every gang on a non-blocking fabric (where no uplink can be
+over capacity), is placed exactly as by ``TOPOLOGY``.
+
+Headroom (``PlacementMode.HEADROOM``, opt-in): as contention, and under leaf
+locality a gang that one leaf could hold but no leaf holds now crosses leaves
+at once, instead of waiting for a leaf, when a set exists whose every uplink
+stays within capacity with it added (on a non-blocking fabric, always).
+
 Slices: best fit among GPUs already split; only when none fits is a whole
 GPU opened, on the node with the fewest free GPUs, so whole GPUs stay free.
 """
@@ -25,8 +41,20 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from enum import StrEnum
 
 from grace.core.capacity import FreeCapacity, GroupIndex, Placement, Slice
+from grace.core.spine_load import SpineLoad
+
+
+class PlacementMode(StrEnum):
+    """How a gang that must cross leaves picks them (the policy's ``placement``)."""
+
+    TOPOLOGY = "topology"  # fewest leaves, fullest first: the load on uplinks is not read
+    CONTENTION = "contention"  # the same, unless that overloads an uplink a lighter set avoids
+    # CONTENTION, and under leaf locality a gang one leaf could hold crosses leaves now,
+    # rather than wait for a leaf, when every uplink it crosses stays within capacity
+    HEADROOM = "headroom"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +76,16 @@ class SliceRequest:
 
 def place_whole(
     cap: FreeCapacity, g: GroupIndex, req: WholeRequest, exclude: frozenset[int] = frozenset(),
-    leaf_locality: bool = False,
+    leaf_locality: bool = False, spine: SpineLoad | None = None,
+    mode: PlacementMode = PlacementMode.TOPOLOGY,
 ) -> Placement | None:
     """Place ``req`` inside one group, or return None.
 
     ``leaf_locality``: a gang that one leaf switch could hold never spans two, and
     no gang is scattered over partly free nodes across leaves; it waits instead.
+    ``spine`` and ``mode``: the uplink load, and how a gang that crosses leaves
+    weighs it (module docstring); read only once the gang must cross leaves, so
+    the common placements pay nothing for them.
     """
     if req.count > g.free_total:
         return None
@@ -78,9 +110,15 @@ def place_whole(
     remainder = req.count - (nodes_needed - 1) * shaped
     fits_one_leaf = nodes_needed <= g.nodes_per_leaf
     for across_leaves in (False, True):
-        if across_leaves and leaf_locality and fits_one_leaf:
-            return None
-        chosen = _pick_nodes_by_leaf(cap, g, nodes_needed, shaped, remainder, exclude, across_leaves)
+        weigh, spilling = None, False
+        if across_leaves:
+            if mode is not PlacementMode.TOPOLOGY and spine is not None and spine.oversubscribed:
+                weigh = spine  # on a non-blocking fabric no uplink can be past capacity
+            spilling = leaf_locality and fits_one_leaf
+            if spilling and (mode is not PlacementMode.HEADROOM or spine is None):
+                return None
+        chosen = _pick_nodes_by_leaf(cap, g, nodes_needed, shaped, remainder, exclude,
+                                     across_leaves, weigh, spilling)
         if chosen is not None:
             gpus: list[int] = []
             for i, node in enumerate(chosen):
@@ -148,9 +186,13 @@ def _leaf_capacity(cap: FreeCapacity, g: GroupIndex, leaf: int, per_node: int,
 
 def _pick_nodes_by_leaf(
     cap: FreeCapacity, g: GroupIndex, nodes_needed: int, per_node: int, last: int,
-    exclude: frozenset[int], across_leaves: bool,
+    exclude: frozenset[int], across_leaves: bool, spine: SpineLoad | None = None,
+    within_capacity: bool = False,
 ) -> list[int] | None:
-    """``nodes_needed - 1`` nodes with ``per_node`` free and a last one with ``last`` free."""
+    """``nodes_needed - 1`` nodes with ``per_node`` free and a last one with ``last`` free.
+
+    ``within_capacity``: across leaves, only a set whose uplinks all stay within
+    capacity will do (always so when ``spine`` is None: a non-blocking fabric)."""
     caps = {}
     single: list[tuple[int, int]] = []
     for leaf in g.leaves:
@@ -172,6 +214,12 @@ def _pick_nodes_by_leaf(
         if sum(caps.values()) < nodes_needed:
             return None
         leaves = _fewest_leaves(cap, caps, nodes_needed)
+        if spine is not None:
+            plan, over = _least_contended(cap, caps, nodes_needed, per_node, spine, leaves)
+            if over and within_capacity:
+                return None
+            if plan is not None:
+                return _pick_by_plan(g, plan, per_node, last, exclude)
     chosen: list[int] = []
     taken: set[int] = set()
     want = nodes_needed - 1
@@ -216,6 +264,103 @@ def _fewest_leaves(cap: FreeCapacity, caps: dict[int, int], needed: int) -> list
     picked = _greedy_cover(list(caps), caps, needed)
     assert picked is not None
     return picked
+
+
+def _least_contended(cap: FreeCapacity, caps: dict[int, int], needed: int, per_node: int,
+                     spine: SpineLoad, today: list[int],
+                     ) -> tuple[list[tuple[int, int]] | None, bool]:
+    """The leaf set (with nodes per leaf) whose uplinks stay within capacity, else the least
+    overloaded, and whether it overloads one; the set is None when it is ``today``'s (the
+    caller keeps its own node choice).
+
+    Candidates: ``today``'s fewest-leaves cover, then a cover taking the least
+    loaded leaves first in each pod that could hold the gang (else across pods).
+    Each is scored by the uplinks it would cross with this gang added
+    (``SpineLoad.cost``): overloaded at all; when
+    so, how overloaded the worst is (this gang's own slowdown), then how much
+    demand beyond capacity it adds (the slowdown it spreads); then candidate
+    order. Today's comes first, so it stays whenever it overloads nothing. The
+    scoring reads the load of the leaves involved only.
+    """
+    leaf_pod = cap.topo.leaf_pod
+    by_pod: dict[int, list[int]] = {}
+    for leaf in caps:
+        by_pod.setdefault(leaf_pod[leaf], []).append(leaf)
+    candidates = [_as_plan(today, caps, needed)]
+    pods = [leaves for leaves in by_pod.values() if sum(caps[x] for x in leaves) >= needed]
+    for leaves in pods or [list(caps)]:
+        ordered = sorted(leaves, key=lambda x: (spine.leaf_ratio(x), -caps[x], x))
+        candidates.append(_cover_in_order(ordered, caps, needed, per_node, spine))
+    best_key: tuple[bool, float, float, int] | None = None
+    best = 0
+    for i, plan in enumerate(candidates):
+        leaves_gpus = {leaf: n * per_node for leaf, n in plan}
+        pods_gpus: dict[int, int] = {}
+        for leaf, gpus in leaves_gpus.items():
+            pods_gpus[leaf_pod[leaf]] = pods_gpus.get(leaf_pod[leaf], 0) + gpus
+        if len(pods_gpus) == 1:
+            pods_gpus = {}
+        worst, excess = spine.cost(leaves_gpus, pods_gpus)
+        over = worst > 1.0 + 1e-9
+        key = (over, worst if over else 0.0, excess if over else 0.0, i)
+        if best_key is None or key < best_key:
+            best_key, best = key, i
+    assert best_key is not None
+    return (None if best == 0 else candidates[best]), best_key[0]
+
+
+def _as_plan(leaves: list[int], caps: dict[int, int], needed: int) -> list[tuple[int, int]]:
+    plan, remaining = [], needed
+    for leaf in leaves:
+        take = min(caps[leaf], remaining)
+        plan.append((leaf, take))
+        remaining -= take
+    return plan
+
+
+def _cover_in_order(ordered: list[int], caps: dict[int, int], needed: int, per_node: int,
+                    spine: SpineLoad) -> list[tuple[int, int]]:
+    """Leaves in ``ordered`` order, each giving all it has; the last one is, among the
+    rest that cover what is left, the one left least loaded (then the tightest)."""
+    plan: list[tuple[int, int]] = []
+    remaining = needed
+    for i, leaf in enumerate(ordered):
+        if caps[leaf] >= remaining:
+            tail = [x for x in ordered[i:] if caps[x] >= remaining]
+            last = min(tail, key=lambda x: (spine.leaf_ratio(x, remaining * per_node), caps[x]))
+            plan.append((last, remaining))
+            return plan
+        plan.append((leaf, caps[leaf]))
+        remaining -= caps[leaf]
+    raise AssertionError("the caller checked the leaves hold the gang")
+
+
+def _pick_by_plan(g: GroupIndex, plan: list[tuple[int, int]], per_node: int, last: int,
+                  exclude: frozenset[int]) -> list[int] | None:
+    """``n`` nodes with ``per_node`` free from each (leaf, n) of ``plan``, best fit; the
+    very last node best fits ``last`` GPUs in the plan's last leaf."""
+    chosen: list[int] = []
+    for j, (leaf, n) in enumerate(plan):
+        buckets = g.leaf_buckets[leaf]
+        final = j == len(plan) - 1
+        want = len(chosen) + n - (1 if final else 0)
+        for k in range(per_node, g.max_gpus + 1):
+            for node in buckets[k]:
+                if len(chosen) >= want:
+                    break
+                if node not in exclude:
+                    chosen.append(node)
+        if len(chosen) < want:
+            return None
+        if final:
+            taken = set(chosen)
+            for k in range(last, g.max_gpus + 1):
+                for node in buckets[k]:
+                    if node not in exclude and node not in taken:
+                        chosen.append(node)
+                        return chosen
+            return None
+    return None
 
 
 def _greedy_cover(leaves: list[int], caps: dict[int, int], needed: int) -> list[int] | None:

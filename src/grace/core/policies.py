@@ -44,6 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from grace.core.placement import PlacementMode
+
 #: Tiresias-style service levels, in GPU-seconds: <1 GPU-h, <8 GPU-h, <64 GPU-h, more.
 LAS_THRESHOLDS_GPU_S = (3600.0, 8 * 3600.0, 64 * 3600.0)
 #: Tiresias' one queue threshold in the Pollux artifact: 16 GPU-hours of attained service.
@@ -77,6 +79,8 @@ class QueuePolicy:
     preempt_for_quota: bool = False
     preempt_for_las: bool = False
     leaf_locality: bool = False  # never span two leaves when one could hold the gang
+    # a gang that must cross leaves: weigh the uplinks' load (core.spine_load) or not
+    placement: PlacementMode = PlacementMode.CONTENTION
     # one-node jobs: "best-fit" (fullest node that holds them) or "fragmentation" (the node
     # and GPU losing the least capacity usable by the requests seen, core.fragmentation)
     packing: str = "best-fit"

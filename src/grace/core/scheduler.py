@@ -44,6 +44,7 @@ from grace.core.decisions import (
     PreemptReason,
     Reservation,
     StartJob,
+    StartNote,
     StopJob,
     StopReason,
 )
@@ -91,7 +92,7 @@ def decide(state: SchedulerState, now: float) -> DecideResult:
     policy = state.policy
     fair = policy.fair_share
     cycle = _Cycle(usage={t: u.gpus for t, u in state.usage.items()})
-    with state.capacity.trial():
+    with state.capacity.trial(), state.spine.trial():
         _stop_expired(state, now, result, cycle)
         heap = _initial_heap(state, cycle)
         pointers: dict[tuple, int] = {}
@@ -159,6 +160,7 @@ def _stop_expired(state: SchedulerState, now: float, result: DecideResult,
 
 def _trial_release(state: SchedulerState, run: RunningJob, cycle: _Cycle) -> None:
     state.capacity.release(run.placement)
+    state.spine.remove(run.placement)
     cycle.usage[run.tenant] = cycle.usage.get(run.tenant, 0.0) - run.gpu_equivalents
     cycle.freed.add(run.id)
 
@@ -207,8 +209,12 @@ def _try_job(state: SchedulerState, job: PendingJob, now: float, result: DecideR
 def _commit_start(state: SchedulerState, job: PendingJob, placement: Placement, borrowing: bool,
                   result: DecideResult, cycle: _Cycle, now: float) -> None:
     state.capacity.allocate(placement)
+    spine = state.spine
+    # later starts this cycle see its uplink load (undone when the cycle ends)
+    notes = ((StartNote.CROSSES_LOADED_UPLINK,) if spine.add(placement) and spine.oversubscribed
+             and spine.crosses_loaded_uplink(placement) else ())
     cycle.usage[job.tenant] = cycle.usage.get(job.tenant, 0.0) + job.gpu_equivalents
-    result.starts.append(StartJob(job.id, placement, borrowing))
+    result.starts.append(StartJob(job.id, placement, borrowing, notes))
     cycle.started.add(job.id)
     end = now + job.estimate_s if job.estimate_s is not None else math.inf
     bisect.insort(cycle.ends, (end, job.id, placement))
@@ -230,13 +236,14 @@ def _why_not(state: SchedulerState, job: PendingJob, cycle: _Cycle) -> PendingRe
 def _place(state: SchedulerState, job: PendingJob) -> Placement | None:
     cap = state.capacity
     locality = state.policy.leaf_locality
+    spine, mode = state.spine, state.policy.placement
     if state.packer is not None:  # one-node jobs: least fragmentation (core.fragmentation)
         p = state.packer.place(job, state.groups_for(job))
         if p is not None:
             return p
     for model, g in state.groups_for(job):
         if job.whole is not None:
-            p = place_whole(cap, g, job.whole, job.exclude_nodes, locality)
+            p = place_whole(cap, g, job.whole, job.exclude_nodes, locality, spine, mode)
         else:
             p = place_slice(cap, g, job.slices[model], job.exclude_nodes)
         if p is not None:

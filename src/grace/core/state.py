@@ -22,6 +22,7 @@ from grace.core.fragmentation import DemandModel, FragmentationIndex
 from grace.core.jobs import JobId, PendingJob, RunningJob
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import UNLIMITED, TenantQuota
+from grace.core.spine_load import SpineLoad
 from grace.core.topology import Topology
 
 QueueKey = tuple[str, tuple]  # (tenant, shape)
@@ -52,6 +53,7 @@ class SchedulerState:
         self.topo = topo
         self.policy = policy
         self.capacity = FreeCapacity(topo)
+        self.spine = SpineLoad(topo)  # uplink load of running gangs that cross leaves
         # fragmentation-aware packing: the request mix and host use it scores with
         self.packer = (FragmentationIndex(self.capacity, demand)
                        if policy.packing == "fragmentation" else None)
@@ -140,6 +142,7 @@ class SchedulerState:
               borrowing: bool = False) -> RunningJob:
         job = self.withdraw(job_id)
         self.capacity.allocate(placement)
+        self.spine.add(placement)
         if self.packer is not None:
             self.packer.host_take(job, placement)
         run = RunningJob(
@@ -171,6 +174,7 @@ class SchedulerState:
             entry = (victim_key(run), run.id)
             del self.victim_order[bisect.bisect_left(self.victim_order, entry)]
         self.capacity.release(run.placement)
+        self.spine.remove(run.placement)
         if self.packer is not None:
             self.packer.host_give(run.id)
         self.tenant_usage(run.tenant).gpus -= run.gpu_equivalents

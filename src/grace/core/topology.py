@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grace.spec.cluster import ClusterSpec, NetworkSpec
+from grace.spec.cluster import ClusterSpec, NetworkSpec, StorageSpec
 from grace.spec.gpus import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GpuModel
 
 #: Capacity of one shareable GPU in (compute, memory) units, per sharing scheme.
@@ -53,6 +53,7 @@ class Topology:
     by_name: dict[str, int] = field(default_factory=dict)
     gpu_node: list[int] = field(default_factory=list)
     shareable_models: set[str] = field(default_factory=set)
+    storage: StorageSpec | None = None  # the shared file system (the twin's data-path model)
 
     def __post_init__(self) -> None:
         n_leaves = 1 + max((n.leaf for n in self.nodes), default=-1)
@@ -129,4 +130,4 @@ class Topology:
             pod_id += -(-leaves_in_group // per_pod)
             domain_id += -(-group.count // group.nvlink_domain_nodes)
         return cls(name=spec.name, nodes=nodes, catalog=catalog, network=spec.network,
-                   leaf_names=leaf_names)
+                   leaf_names=leaf_names, storage=spec.storage)

@@ -44,6 +44,10 @@ class JobUsage:
     checkpoint_gpu_hours: float = 0.0
     #: wall-clock spans the job held GPUs; its GPU-hours are spread evenly over them
     intervals: tuple[tuple[float, float], ...] = ()
+    #: ``data_sync`` split: waiting on input (storage read) and on peers (all-reduce, sync);
+    #: 0 both where the source cannot tell them apart (the twin's runtime model)
+    io_wait_gpu_hours: float = 0.0
+    sync_wait_gpu_hours: float = 0.0
 
     @property
     def useful_gpu_hours(self) -> float:
@@ -69,6 +73,8 @@ class UsageFigures:
     failure_gpu_hours: float = 0.0
     data_sync_gpu_hours: float = 0.0
     checkpoint_gpu_hours: float = 0.0
+    io_wait_gpu_hours: float = 0.0
+    sync_wait_gpu_hours: float = 0.0
     queue_hours: float = 0.0
     queue_gpu_hours: float = 0.0
     allocated_usd: float = 0.0
@@ -86,6 +92,8 @@ class UsageFigures:
         self.failure_gpu_hours += u.failure_gpu_hours
         self.data_sync_gpu_hours += u.data_sync_gpu_hours
         self.checkpoint_gpu_hours += u.checkpoint_gpu_hours
+        self.io_wait_gpu_hours += u.io_wait_gpu_hours
+        self.sync_wait_gpu_hours += u.sync_wait_gpu_hours
         self.queue_hours += u.queue_hours
         self.queue_gpu_hours += u.queue_hours * u.gpus
         self.allocated_usd += u.allocated_gpu_hours * rate
@@ -103,6 +111,10 @@ class UsageFigures:
     def to_json(self) -> dict[str, float]:
         out: dict[str, float] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["useful_share"] = self.useful_share
+        # GPU time spent waiting on storage reads / on peers, as shares of GPU time held
+        alloc = self.allocated_gpu_hours
+        out["io_wait_share"] = self.io_wait_gpu_hours / alloc if alloc else 0.0
+        out["sync_wait_share"] = self.sync_wait_gpu_hours / alloc if alloc else 0.0
         return out
 
 

@@ -10,7 +10,9 @@ Per attempt (``gpus`` held from ``started_at`` to ``ended_at``, or to now):
   ``(S - N) / (S - s0)``, clamped to [0, 1]; 1 when the steps are unknown;
 - of the rest, the per-step phase breakdown of the newest heartbeat (mean over ranks)
   splits off waiting on data or synchronization (``data + allreduce + sync`` over
-  ``step_s``) and checkpointing (``checkpoint`` over ``step_s``);
+  ``step_s``) and checkpointing (``checkpoint`` over ``step_s``); the wait is kept split
+  too, I/O (``data``: storage read) and sync (``allreduce + sync``), so each tenant's
+  ``io_wait_share`` and ``sync_wait_share`` of the GPU time it held are reported;
 - queueing: submission to first start, and the gaps between attempts (a pending job
   waits until now).
 """
@@ -30,7 +32,8 @@ from grace.control.store.models import Attempt, AttemptState, Job
 from grace.cost.showback import JobUsage
 
 _STEP = re.compile(r"step-(\d+)")
-_WAITING_PHASES = ("data", "allreduce", "sync")
+_IO_PHASES = ("data",)
+_SYNC_PHASES = ("allreduce", "sync")
 
 
 def _step_of(checkpoint: str | None) -> int:
@@ -50,18 +53,28 @@ def _progress(adir: Path) -> list[dict[str, Any]]:
 
 def phase_shares(records: list[dict[str, Any]]) -> tuple[float, float]:
     """(waiting on data or sync, checkpointing) as shares of a step, mean over ranks."""
-    waits, ckpts = [], []
+    io, sync, ckpt = wait_shares(records)
+    return io + sync, ckpt
+
+
+def wait_shares(records: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(waiting on data, waiting on peers, checkpointing) as shares of a step, mean over
+    ranks; the first two add up to :func:`phase_shares`' wait. Peers: the all-reduce span
+    and the runtime's sync, as ``grace_job_wait_share{kind="sync"}`` counts them."""
+    ios, syncs, ckpts = [], [], []
     for r in records:
         step_s = float(r.get("step_s") or 0.0)
         phases = r.get("phases") or {}
         if step_s <= 0:
             continue
-        waits.append(min(1.0, sum(float(phases.get(p, 0.0)) for p in _WAITING_PHASES) / step_s))
+        io = min(1.0, sum(float(phases.get(p, 0.0)) for p in _IO_PHASES) / step_s)
+        ios.append(io)
+        syncs.append(min(1.0 - io, sum(float(phases.get(p, 0.0)) for p in _SYNC_PHASES) / step_s))
         ckpts.append(min(1.0, float(phases.get("checkpoint", 0.0)) / step_s))
-    if not waits:
-        return 0.0, 0.0
-    wait, ckpt = sum(waits) / len(waits), sum(ckpts) / len(ckpts)
-    return wait, min(ckpt, 1.0 - wait)
+    if not ios:
+        return 0.0, 0.0, 0.0
+    io, sync = sum(ios) / len(ios), sum(syncs) / len(syncs)
+    return io, sync, min(sum(ckpts) / len(ckpts), 1.0 - io - sync)
 
 
 def lost_share(attempt: Attempt, following: Attempt | None, records: list[dict[str, Any]]) -> float:
@@ -101,7 +114,7 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
         attempts = list(job.attempts)
         queue = 0.0
         waited_from = job.submitted_at
-        alloc = fail = wait = ckpt = cost = 0.0
+        alloc = fail = io_wait = sync_wait = ckpt = cost = 0.0
         intervals = []
         for i, a in enumerate(attempts):
             queue += _clip(waited_from, a.started_at, since, now)
@@ -113,10 +126,11 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
             gpu_h = held_h * a.gpus
             records = _progress(dirs.attempt(job.id, a.number))
             lost = lost_share(a, attempts[i + 1] if i + 1 < len(attempts) else None, records)
-            w, c = phase_shares(records)
+            io, sync, c = wait_shares(records)
             alloc += gpu_h
             fail += gpu_h * lost
-            wait += gpu_h * (1.0 - lost) * w
+            io_wait += gpu_h * (1.0 - lost) * io
+            sync_wait += gpu_h * (1.0 - lost) * sync
             ckpt += gpu_h * (1.0 - lost) * c
             nodes = [e["node"] for e in a.placement_json]
             cost += gpu_h * (rate_of_node(nodes[0]) if nodes else 0.0)
@@ -130,7 +144,8 @@ def live_usage(session: Session, state_dir: Path, now: float, since: float,
         out.append(JobUsage(job=str(job.id), tenant=job.tenant, gpus=job.gpus,
                             usd_per_gpu_hour=rate, queue_hours=queue / 3600.0,
                             allocated_gpu_hours=alloc, failure_gpu_hours=fail,
-                            data_sync_gpu_hours=wait, checkpoint_gpu_hours=ckpt,
+                            data_sync_gpu_hours=io_wait + sync_wait, checkpoint_gpu_hours=ckpt,
+                            io_wait_gpu_hours=io_wait, sync_wait_gpu_hours=sync_wait,
                             intervals=tuple(intervals)))
     return out
 

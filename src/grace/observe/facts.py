@@ -35,6 +35,8 @@ class LiveAttempt:
     started_at: float
     gpus: float
     placement: tuple[tuple[str, tuple[int, ...]], ...]  # (node, local GPU slots)
+    #: the spec's ``nodes`` (None: only GPUs asked), for the tightest tier it could have had
+    nodes_asked: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +72,16 @@ def read_facts(store: Store, now: float) -> ClusterFacts:
     with store.read() as s:
         facts.nodes = [NodeFacts(n.name, str(n.state), n.reason) for n in repo.nodes(s)]
         # columns, not ORM objects: 1,000 live attempts load in milliseconds, specs untouched
-        for job_id, tenant, number, started_at, gpus, placement in s.execute(
+        for job_id, tenant, number, started_at, gpus, placement, asked in s.execute(
                 select(Attempt.job_id, Job.tenant, Attempt.number, Attempt.started_at, Attempt.gpus,
-                       Attempt.placement_json).join(Job, Job.id == Attempt.job_id)
+                       Attempt.placement_json, Job.spec_json["nodes"].as_integer())
+                .join(Job, Job.id == Attempt.job_id)
                 .where(Attempt.state.in_(list(LIVE_ATTEMPT_STATES))).order_by(Attempt.job_id)):
             facts.live.append(LiveAttempt(
                 job_id, tenant, number, started_at, gpus,
                 tuple((str(e.get("node")), tuple(int(g) for g in e.get("gpus", ())))
-                      for e in placement if isinstance(e, dict))))
+                      for e in placement if isinstance(e, dict)),
+                int(asked) if isinstance(asked, int) and asked > 0 else None))
         for state, tenant, n in s.execute(select(Job.state, Job.tenant, func.count())
                                           .group_by(Job.state, Job.tenant)):
             facts.jobs[(str(state), tenant)] = int(n)

@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 
 from grace.core.health import IN_SERVICE, NodeState
 from grace.core.topology import Topology
+from grace.observe.constraints import cluster_gpus, verdicts
 from grace.observe.facts import ClusterFacts, LiveAttempt
 from grace.observe.gpu import GpuSample
 from grace.observe.telemetry import PHASES, CheckpointSave, JobTelemetry
@@ -72,7 +73,8 @@ METRIC_NAMES = (
     "grace_gpus", "grace_jobs", "grace_pending_jobs", "grace_job_phase_seconds_total",
     "grace_job_phase_share", "grace_job_wait_share", "grace_job_steps_per_second",
     "grace_job_step_seconds", "grace_job_loss", "grace_job_goodput_ratio", "grace_job_leaves",
-    "grace_job_gpus", "grace_job_heartbeat_age_seconds", "grace_checkpoint_save_seconds",
+    "grace_job_gpus", "grace_job_heartbeat_age_seconds", "grace_job_constraint",
+    "grace_cluster_constraint_gpus", "grace_checkpoint_save_seconds",
     "grace_checkpoint_size_bytes", "grace_restarts_total", "grace_node_state",
     "grace_node_signals_total", "grace_health_breaker_open", "grace_reconcile_cycle_seconds",
     "grace_api_request_duration_seconds", "grace_tenant_gpu_hours_allocated_total",
@@ -215,6 +217,24 @@ def _job_families(r: Reading, topo: Topology) -> Iterator[Metric]:
     yield share
     yield wait
     yield from fam.values()
+    yield from _constraint_families(r, topo)
+
+
+def _constraint_families(r: Reading, topo: Topology) -> Iterator[Metric]:
+    """The verdict of each live job (1 on its current constraint) and running GPUs per
+    constraint (``core.constraint``; label values are the closed enum)."""
+    judged = verdicts(r.facts.live, r.jobs, topo)
+    job = GaugeMetricFamily("grace_job_constraint", "1 for the job's current constraint "
+                            "(core.constraint.Constraint) from its newest heartbeats",
+                            labels=["job", "tenant", "constraint"])
+    for jid, (a, v) in sorted(judged.items()):
+        job.add_metric([str(jid), a.tenant, str(v.constraint)], 1)
+    yield job
+    cluster = GaugeMetricFamily("grace_cluster_constraint_gpus", "GPUs of running jobs by the "
+                                "constraint that limits them", labels=["constraint"])
+    for kind, gpus in cluster_gpus(judged).items():
+        cluster.add_metric([str(kind)], gpus)
+    yield cluster
 
 
 def _tenant_families(r: Reading) -> Iterator[Metric]:

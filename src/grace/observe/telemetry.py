@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grace.core.constraint import PhaseShares, shares_from_phases
+
 #: The runtime's phase names (``grace.runtime.timers.PHASES``), the only ones exported:
 #: a job may time phases of its own, but label values must stay a closed set.
 PHASES = ("data", "h2d", "forward", "backward", "allreduce", "optimizer", "checkpoint", "sync")
@@ -237,18 +239,24 @@ class JobTelemetry:
     loss: float | None
     productive_s: float
     last_at: float
+    #: waits as shares of step wall time, mean over ranks (``core.constraint``); None: no
+    #: rank sent a step time yet
+    waits: PhaseShares | None = None
 
     @staticmethod
     def of(job: _Job) -> JobTelemetry:
         shares: dict[str, list[float]] = {}
         step_times = []
+        waits: list[PhaseShares] = []
         for record in job.latest.values():
             step_s = _number(record.get("step_s"))
             if step_s is None or step_s <= 0:
                 continue
             step_times.append(step_s)
-            for name, seconds in _phases(record).items():
+            phases = _phases(record)
+            for name, seconds in phases.items():
                 shares.setdefault(name, []).append(min(1.0, seconds / step_s))
+            waits.append(shares_from_phases(phases, step_s))
         share = {name: sum(v) / len(v) for name, v in shares.items()}
         step_s = max(step_times) if step_times else None  # a synchronous gang runs at its slowest
         rank0 = job.latest.get(0, next(iter(job.latest.values())))
@@ -257,4 +265,18 @@ class JobTelemetry:
             io_share=min(1.0, sum(share.get(p, 0.0) for p in IO_PHASES)),
             sync_share=min(1.0, sum(share.get(p, 0.0) for p in SYNC_PHASES)),
             step_s=step_s, steps_per_s=1.0 / step_s if step_s else None,
-            loss=_number(rank0.get("loss")), productive_s=job.productive_s, last_at=job.last_at)
+            loss=_number(rank0.get("loss")), productive_s=job.productive_s, last_at=job.last_at,
+            waits=_mean_waits(waits))
+
+
+def _mean_waits(per_rank: list[PhaseShares]) -> PhaseShares | None:
+    """The ranks' shares averaged (a mean of valid shares is valid: each stays in [0, 1]
+    and their sum at most 1)."""
+    if not per_rank:
+        return None
+    n = len(per_rank)
+    return PhaseShares(sum(w.data for w in per_rank) / n,
+                       sum(w.communication for w in per_rank) / n,
+                       sum(w.checkpoint for w in per_rank) / n,
+                       sum(w.allreduce_span for w in per_rank) / n,
+                       any(w.estimated for w in per_rank))

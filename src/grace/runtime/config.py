@@ -2,7 +2,8 @@
 
 Under Grace the backend sets ``GRACE_JOB_ID``, ``GRACE_JOB_UID``, ``GRACE_ATTEMPT``,
 ``GRACE_NODE``, ``GRACE_WORKDIR`` and ``GRACE_CHECKPOINT_DIR``; the reconciler adds
-``GRACE_CHECKPOINT_INTERVAL_S`` (its Young/Daly interval), and torchrun sets
+``GRACE_CHECKPOINT_INTERVAL_S`` (its Young/Daly interval) and, when it staggers
+checkpoints against the shared file system, ``GRACE_CHECKPOINT_PHASE_S``, and torchrun sets
 ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``. Outside Grace every one of them has a
 default, so the same script also runs on a laptop: attempt 1, workdir
 ``./grace-run``, no control plane to report to.
@@ -21,6 +22,7 @@ of a ``RuntimeEnv``'s repr.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +32,13 @@ from grace.runtime.encryption import DataKey
 
 #: The job's data key (base64 of 32 bytes); set by Grace's launch when the control plane has a KMS.
 CHECKPOINT_KEY_ENV = "GRACE_CHECKPOINT_KEY"
+
+#: The checkpoint interval the control plane chose (seconds).
+INTERVAL_ENV = "GRACE_CHECKPOINT_INTERVAL_S"
+#: The checkpoint phase on the common clock (seconds): checkpoints fall at the Unix times t
+#: with (t - phase) mod interval == 0, so the control plane can space jobs' bursts apart
+#: (``grace.core.checkpoint_stagger``). Unset: an interval after the last checkpoint.
+PHASE_ENV = "GRACE_CHECKPOINT_PHASE_S"
 
 #: Where the control plane listens when a job runs under Grace and GRACE_URL is unset
 #: (the CLI client's default too).
@@ -57,6 +66,8 @@ class RuntimeEnv:
     job_uid: str | None = None
     # Encrypts every checkpoint file; None: plaintext checkpoints.
     checkpoint_key: DataKey | None = field(default=None, repr=False)
+    # The checkpoint phase on the Unix clock (PHASE_ENV); None: interval after the last one.
+    phase_s: float | None = None
 
     @property
     def attempt_dir(self) -> Path:
@@ -68,7 +79,8 @@ class RuntimeEnv:
         job_id = env.get("GRACE_JOB_ID") or None
         workdir = Path(env.get("GRACE_WORKDIR") or DEFAULT_WORKDIR).resolve()
         ckpt = env.get("GRACE_CHECKPOINT_DIR")
-        interval = env.get("GRACE_CHECKPOINT_INTERVAL_S")
+        interval = env.get(INTERVAL_ENV)
+        phase = (env.get(PHASE_ENV) or "").strip()
         url = env.get("GRACE_URL") or (DEFAULT_URL if job_id else None)
         key = (env.get(CHECKPOINT_KEY_ENV) or "").strip()
         return cls(
@@ -84,4 +96,17 @@ class RuntimeEnv:
             url=url.rstrip("/") if url and job_id else None,
             job_uid=(env.get("GRACE_JOB_UID") or "").strip() or None,
             checkpoint_key=DataKey.from_b64(key, CHECKPOINT_KEY_ENV) if key else None,
+            phase_s=_phase(phase) if phase else None,
         )
+
+
+def _phase(raw: str) -> float:
+    """PHASE_ENV's value: a finite number of seconds, or an error naming the variable."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"{PHASE_ENV}={raw!r}: expected a finite number of seconds "
+                         "(the checkpoint phase on the Unix clock), or leave it unset")
+    return value

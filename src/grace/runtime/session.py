@@ -96,6 +96,9 @@ class Runtime:
             self.interval_s = DEFAULT_INTERVAL_S if checkpoint_every_steps is None else None
         if self.interval_s is not None and self.interval_s <= 0:
             self.interval_s = None
+        # a phase puts the checkpoints on the common clock (Unix time), where the control plane
+        # spaced this job's bursts from the other jobs' (config.PHASE_ENV)
+        self.phase_s: float | None = self.env.phase_s if self.interval_s is not None else None
         self.every_steps = checkpoint_every_steps
         self.async_save = async_save
         self.final_checkpoint = final_checkpoint
@@ -146,6 +149,7 @@ class Runtime:
         self.last_loss: float | None = None
         self._last_ckpt_step: int | None = None
         self._last_ckpt_time = time.monotonic()
+        self._next_ckpt_wall = self._next_boundary()
         self._step_t0 = time.perf_counter()
         self._finished = False
         self._warmed = False
@@ -193,6 +197,7 @@ class Runtime:
             if self.rank == 0:
                 _log(f"resumed from checkpoint of step {self.step}")
         self._last_ckpt_time = time.monotonic()
+        self._next_ckpt_wall = self._next_boundary()
         self._step_t0 = time.perf_counter()
         return self.step + 1
 
@@ -267,6 +272,7 @@ class Runtime:
         self.checkpoint_block_s.append(blocked)
         self._last_ckpt_step = self.step
         self._last_ckpt_time = time.monotonic()
+        self._next_ckpt_wall = self._next_boundary()
         return blocked
 
     def finish(self) -> None:
@@ -290,7 +296,17 @@ class Runtime:
     def _due(self) -> bool:
         if self.every_steps and self.step % self.every_steps == 0:
             return True
+        if self.phase_s is not None:
+            return time.time() >= self._next_ckpt_wall
         return self.interval_s is not None and time.monotonic() - self._last_ckpt_time >= self.interval_s
+
+    def _next_boundary(self) -> float:
+        """The first Unix time after now with (t - phase) mod interval == 0 (inf: unphased)."""
+        if self.phase_s is None or self.interval_s is None:
+            return math.inf
+        now = time.time()
+        k = math.floor((now - self.phase_s) / self.interval_s) + 1
+        return self.phase_s + k * self.interval_s
 
     def _agree(self, loss: float | None, stop: bool, due: bool) -> tuple[float | None, bool, bool]:
         if self._ctl_pg is None:

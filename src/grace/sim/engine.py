@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grace.core.bursting import RouteJob, SetNodesUsable, requeue_with_pools
+from grace.core.checkpoint_stagger import CheckpointPhasing
 from grace.core.decisions import DecideResult
 from grace.core.health import (
     BreakerTripped,
@@ -37,7 +38,9 @@ from grace.core.state import SchedulerState
 from grace.core.topology import MIG_UNITS, Topology
 from grace.core.workflow import Dep, Outcome, Parent, WorkflowFacts, gate
 from grace.sim.bursting import CountRentedGpus, PreemptSpot, TwinCloud, TwinEffect, WakeAt
-from grace.sim.checkpointing import bank, failure_plan
+from grace.sim.checkpointing import Banked, bank, failure_plan
+from grace.sim.data_path import RERATE_TOLERANCE, UplinkTraffic
+from grace.sim.data_path_run import DataPathRun
 from grace.sim.estimates import EstimateModel, declare, model_label
 from grace.sim.events import EventKind, EventQueue
 from grace.sim.failures import FailureModel, NodeFailure, draw_failures, failure_signal
@@ -76,6 +79,14 @@ class SimJob:
     lost_gpu_s: float = 0.0  # restarts and recomputed work
     checkpoint_gpu_s: float = 0.0
     goodput: GoodputRun | None = None  # a job the goodput runtime model plays (sim.goodput)
+    # the data path (SimConfig.data_path): a re-rated attempt runs in segments from
+    # ``seg_s``; ``epoch`` counts its re-rates so a superseded COMPLETE event is ignored;
+    # ``unsaved_*``: work banked at re-rates not yet covered by a checkpoint (a failure
+    # before the next checkpoint loses it)
+    seg_s: float = math.nan
+    epoch: int = 0
+    unsaved_base_s: float = 0.0
+    unsaved_wall_s: float = 0.0
 
 
 @dataclass
@@ -102,6 +113,16 @@ class SimConfig:
     # every round while jobs wait (a policy may change its mind as service accrues)
     round_s: float | None = None
     goodput: GoodputModel | None = None  # profiles for jobs that name an application
+    # the data-path model (sim.data_path, opt-in): step time from compute, all-reduce over
+    # the placement's slowest tier and input loading, with contention for uplinks and the
+    # file system, re-rating running jobs as loads change; off: the stretch factor of
+    # sim.runtime_model, and every figure as before
+    data_path: bool = False
+    # with data_path, a storage tier and checkpointing jobs (failures): when each job's
+    # checkpoints fall, which sets how long their bursts share the file system's writes
+    checkpoint_phases: CheckpointPhasing = CheckpointPhasing.START
+    # with data_path: how much of a crossing job's all-reduce loads each uplink
+    uplink_traffic: UplinkTraffic = UplinkTraffic.ALL_RANKS
 
 
 class TraceCompiler:
@@ -169,6 +190,10 @@ class Simulation:
         self.config = config
         self.state = SchedulerState(topo, config.policy, config.quotas)
         self.model = RuntimeModel.for_topology(topo)
+        self.dp: DataPathRun | None = (
+            DataPathRun(topo, self.model, config.checkpoint_phases, config.uplink_traffic)
+            if config.data_path else None)
+        self._touched: set[int] = set()  # running jobs to re-rate before time moves on
         self.events = EventQueue()
         self.jobs: dict[JobId, SimJob] = {}
         self.unplaceable: list[TraceJob] = []
@@ -299,6 +324,8 @@ class Simulation:
                 break
             if self._all_done():
                 break
+            if self.dp is not None and self._pop_stale():
+                continue  # a completion a re-rate superseded: no instant to act on
             metrics.advance(now, state)
             while len(events) and events.peek_time() == now:
                 _, kind, payload = events.pop()
@@ -309,9 +336,9 @@ class Simulation:
                     else:
                         state.submit(self.jobs[payload].pending)
                 elif kind == EventKind.COMPLETE:
-                    jid, attempt = payload
+                    jid, attempt, epoch = payload
                     job = self.jobs[jid]
-                    if job.attempt == attempt and job.outcome == "running":
+                    if job.attempt == attempt and job.epoch == epoch and job.outcome == "running":
                         self._bank(job, now, complete=True)
                         self._release(job, now)
                         self._ended(job, now, "completed")
@@ -326,6 +353,8 @@ class Simulation:
                     if next_tick != tick:
                         next_tick = tick
                         events.push(tick, EventKind.WAKE)
+                    if self.dp is not None:
+                        self._settle(now)
                     metrics.after_cycle(now, state)
                     continue
             if self.gated:
@@ -342,6 +371,8 @@ class Simulation:
             if round_s is not None and state.pending and state.running and next_tick <= now:
                 next_tick = now + round_s
                 events.push(next_tick, EventKind.WAKE)
+            if self.dp is not None:
+                self._settle(now)
             metrics.after_cycle(now, state)
             if self.progress and now - last_progress > horizon / 200:
                 last_progress = now
@@ -356,7 +387,21 @@ class Simulation:
         out = metrics.finish(self.jobs.values(), self.unplaceable, n_events, wall)
         if self.cloud is not None:
             out.summary |= self.cloud.finish(metrics.last_t or 0.0)
+        if self.dp is not None:
+            out.summary["data_path"] = self.dp.summary()
         return out
+
+    def _pop_stale(self) -> bool:
+        """Drop the next event if it is a completion a re-rate superseded."""
+        head = self.events.peek()
+        if head is None or head[1] != EventKind.COMPLETE:
+            return False
+        jid, attempt, epoch = head[2]
+        job = self.jobs[jid]
+        if job.attempt == attempt and job.epoch == epoch and job.outcome == "running":
+            return False
+        self.events.pop()
+        return True
 
     def _all_done(self) -> bool:
         """With failures drawn far ahead, stop once every job has ended."""
@@ -388,17 +433,106 @@ class Simulation:
         # a failure loses the restart and the work since the last checkpoint; a planned
         # stop (preemption, end of the clock) only the restart (sim.checkpointing)
         gpus = job.pending.gpu_equivalents
-        banked = bank(job.remaining_base_s, job.plan, max(0.0, now - job.start_s), complete,
-                      partial)
-        job.remaining_base_s = banked.remaining_base_s
+        elapsed = max(0.0, now - job.seg_s)
+        banked = bank(job.remaining_base_s, job.plan, elapsed, complete, partial)
+        lost, remaining = banked.lost_s, banked.remaining_base_s
+        if self.dp is not None:
+            more_lost, more_work = self._dp_bank(job, banked, elapsed, complete, partial)
+            lost, remaining = lost + more_lost, remaining + more_work
+        job.remaining_base_s = remaining
         job.checkpoint_gpu_s += banked.checkpoints * job.plan[3] * gpus
-        return banked.lost_s * gpus
+        return lost * gpus
+
+    def _dp_bank(self, job: SimJob, banked: Banked, elapsed: float, complete: bool,
+                 partial: bool) -> tuple[float, float]:
+        """The data path's part of ending an attempt: book its steps and checkpoints, and
+        on a failure before the next checkpoint lose the work banked at earlier re-rates
+        too. Returns the extra wall seconds lost and reference work to redo."""
+        assert self.dp is not None
+        restart, speed, _, delta = job.plan
+        if complete:
+            work = job.remaining_base_s * speed
+        else:
+            work = max(0.0, elapsed - min(elapsed, restart) - banked.checkpoints * delta)
+        self.dp.account(int(job.pending.id), work, banked.checkpoints, delta)
+        lost = redo = 0.0
+        if not (complete or partial) and banked.checkpoints == 0:
+            lost, redo = job.unsaved_wall_s, job.unsaved_base_s
+        job.unsaved_base_s = job.unsaved_wall_s = 0.0
+        return lost, redo
+
+    def _rebase(self, job: SimJob, now: float) -> float:
+        """Bank a running attempt's work up to ``now`` at its current rate, to go on at
+        another; returns the restart still to pay. The segment in flight counts as done
+        but unsaved (a later failure before the next checkpoint loses it), a checkpoint
+        being written is dropped and the next falls an interval after ``now``, and the
+        restart is not paid again (docs/twin.md, "The data path")."""
+        assert self.dp is not None
+        restart, speed, tau, delta = job.plan
+        elapsed = max(0.0, now - job.seg_s)
+        b = bank(job.remaining_base_s, job.plan, elapsed, complete=False, partial=True)
+        done_wall = (job.remaining_base_s - b.remaining_base_s) * speed
+        in_flight = max(0.0, done_wall - b.checkpoints * tau) if math.isfinite(tau) else done_wall
+        if b.checkpoints:
+            job.unsaved_wall_s = in_flight
+            job.unsaved_base_s = in_flight / speed
+        else:
+            job.unsaved_wall_s += in_flight
+            job.unsaved_base_s += in_flight / speed
+        self.dp.account(int(job.pending.id), done_wall, b.checkpoints, delta)
+        job.checkpoint_gpu_s += b.checkpoints * delta * job.pending.gpu_equivalents
+        job.remaining_base_s = b.remaining_base_s
+        return max(0.0, restart - elapsed)
+
+    def _settle(self, now: float) -> None:
+        """After an instant's events and decisions: re-rate the running jobs whose share of
+        a resource changed (a start, an end) or whose checkpoint cost did, once each."""
+        assert self.dp is not None
+        touched = self._touched | self.dp.settle()
+        self._touched = set()
+        if touched:
+            self._rerate(touched, now)
+
+    def _rerate(self, jids: set[int], now: float) -> None:
+        """Running jobs whose share of a resource (or checkpoint cost) changed: apply the
+        new rate where it moved by more than ``RERATE_TOLERANCE``, and move their
+        completion."""
+        dp = self.dp
+        assert dp is not None
+        for jid in sorted(jids):
+            job = self.jobs[JobId(jid)]
+            if job.outcome != "running" or job.goodput is not None:
+                continue
+            restart, old_speed, tau, old_delta = job.plan
+            speed = dp.slowdown(jid)
+            delta = dp.delta(jid)
+            delta = old_delta if delta is None else delta
+            if (math.isclose(speed, old_speed, rel_tol=RERATE_TOLERANCE)
+                    and math.isclose(delta, old_delta, rel_tol=RERATE_TOLERANCE)):
+                dp.totals.rerates_skipped += 1
+                continue
+            old_end = job.start_s + job.run_s
+            restart = self._rebase(job, now)
+            job.plan = (restart, speed, tau, delta)
+            dp.applied(jid)
+            dp.totals.rerates += 1
+            job.seg_s = now
+            job.epoch += 1
+            end = now + self._attempt_wall(job.remaining_base_s, job.plan)
+            job.run_s = end - job.start_s
+            self.events.push(end, EventKind.COMPLETE, (job.pending.id, job.attempt, job.epoch))
+            limit = job.pending.limit_s
+            if limit is not None and old_end <= job.start_s + limit < end:
+                self.events.push(max(now, job.start_s + limit), EventKind.WAKE)
 
     def _release(self, job: SimJob, now: float) -> RunningJob:
         for n in job.placed_nodes:
             self.node_jobs[n].discard(job.pending.id)
         job.placed_nodes = ()
-        return self.state.finish(job.pending.id, now)
+        run = self.state.finish(job.pending.id, now)
+        if self.dp is not None:
+            self._touched |= self.dp.end(int(job.pending.id))
+        return run
 
     def _node_failed(self, failure: NodeFailure, now: float) -> None:
         """A failure becomes a health signal; the health table decides, as it does live."""
@@ -504,9 +638,18 @@ class Simulation:
                 job.run_s = self.config.goodput.start(job.goodput, topo, s.placement)
             else:
                 slowdown = self.model.run_time(topo, s.placement, 1.0)
+                rated = None
+                if self.dp is not None:
+                    rated = self.dp.start(int(s.job_id), job.trace, s.placement,
+                                          job.pending.gpu_equivalents)
+                if rated is not None:
+                    slowdown, touched = rated
+                    self._touched |= touched
                 job.plan = self._plan(job, slowdown)
+                if rated is not None:
+                    self._dp_checkpoints(job, now)
                 job.run_s = self._attempt_wall(job.remaining_base_s, job.plan)
-            job.start_s = now
+            job.start_s = job.seg_s = now
             job.outcome = "running"
             if math.isnan(job.first_start_s):
                 job.first_start_s = now
@@ -516,10 +659,21 @@ class Simulation:
                     job.min_leaves = topo.min_leaves_for(
                         -(-len(s.placement.gpus) // self.model.gpus_per_node),
                         self.model.nodes_per_leaf)
-            self.events.push(now + job.run_s, EventKind.COMPLETE, (job.pending.id, job.attempt))
+            self.events.push(now + job.run_s, EventKind.COMPLETE,
+                             (job.pending.id, job.attempt, job.epoch))
             limit = job.pending.limit_s
             if limit is not None and limit < job.run_s:
                 self.events.push(now + limit, EventKind.WAKE)
+
+    def _dp_checkpoints(self, job: SimJob, now: float) -> None:
+        """A starting attempt that checkpoints while the file system's writes are modelled:
+        its (harmonic) interval, and its write alone as the cost until the instant settles
+        (``_settle`` re-rates it and the others from the burst model)."""
+        assert self.dp is not None
+        restart, speed, tau, _ = job.plan
+        if self.dp.models_writes and math.isfinite(tau):
+            tau, delta = self.dp.checkpointing(int(job.pending.id), tau, now)
+            job.plan = (restart, speed, tau, delta)
 
     def _ended(self, job: SimJob, now: float, outcome: str) -> None:
         job.end_s = now

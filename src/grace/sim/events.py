@@ -41,5 +41,12 @@ class EventQueue:
     def peek_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
+    def peek(self) -> tuple[float, int, Any] | None:
+        """The next event (time, kind, payload) without removing it."""
+        if not self._heap:
+            return None
+        t, kind, _, payload = self._heap[0]
+        return t, kind, payload
+
     def __len__(self) -> int:
         return len(self._heap)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grace.core.checkpoint_stagger import CheckpointPhasing
 from grace.core.policies import get_policy
 from grace.core.quotas import TenantQuota
 from grace.core.topology import Topology
@@ -44,13 +45,15 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
            progress: Callable[[float], None] | None = None,
            failures: FailureModel | None = None,
            bursting: BurstingSpec | None = None,
-           enforce_limits: bool | None = None) -> SimResult:
+           enforce_limits: bool | None = None, data_path: bool = False,
+           checkpoint_phases: CheckpointPhasing = CheckpointPhasing.START) -> SimResult:
     """Run one policy over the trace; the summary carries the inputs it assumed.
 
     ``estimates`` is what the scheduler is told about job lengths (``sim.estimates``):
     users' time limits by default, enforced unless ``enforce_limits`` is False. None:
     enforced, except on profiled training jobs (Pollux's workloads): the published
-    simulator they are compared with never ends a job at a limit."""
+    simulator they are compared with never ends a job at a limit. ``data_path`` turns on
+    the data-path model (``sim.data_path``); the summary then has a ``data_path`` section."""
     t0 = time.perf_counter()
     if isinstance(estimates, bool):  # the old use_estimates flag: say what replaced it
         raise TypeError("replay(estimates=...) takes an EstimateModel (exact, none, user), "
@@ -63,7 +66,8 @@ def replay(inp: ReplayInput, policy: str, seed: int = 0,
                        estimates=parse_estimate_model(estimates), enforce_limits=enforce_limits,
                        failures=failures, bursting=bursting,
                        pool_kinds=_pool_kinds(inp, bursting) if bursting is not None else {},
-                       round_s=inp.round_s, goodput=goodput)
+                       round_s=inp.round_s, goodput=goodput, data_path=data_path,
+                       checkpoint_phases=checkpoint_phases)
     sim = Simulation(inp.topo, inp.trace.jobs, config, progress=progress)
     horizon = max((j.submit_s for j in inp.trace.jobs), default=0.0)
     sim.metrics.set_horizon(max(horizon, 1.0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from grace.spec.gpus import BUILTIN_GPUS, GpuModel
 
@@ -35,12 +35,34 @@ class PoolSpec(BaseModel):
     kind: PoolKind = PoolKind.ON_PREM
 
 
+class DegradedLinkSpec(BaseModel):
+    """A node whose scale-out link delivers only ``factor`` of its bandwidth (a bad cable,
+    a NIC that trained at a lower rate). The twin's data-path model slows every
+    multi-node job placed on it: a ring all-reduce runs at its slowest link."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    node: str = Field(min_length=1)
+    factor: float = Field(description="share of the link's bandwidth it still delivers: "
+                          "0.85 = 15% less bandwidth; 1 = healthy")
+
+    @field_validator("factor")
+    @classmethod
+    def _share(cls, v: float) -> float:
+        if not 0.0 < v <= 1.0:
+            raise ValueError(f"factor must be in (0, 1], the share of the link's bandwidth the "
+                             f"node still gets (0.85 = 15% slower), got {v}; use 1 for a "
+                             "healthy link or remove the entry")
+        return v
+
+
 class NetworkSpec(BaseModel):
     """Per-GPU bandwidth of each tier above the node.
 
     ``nic_gbps`` is the scale-out NIC per GPU in Gbit/s (InfiniBand NDR: 400).
     Oversubscription divides the bandwidth a GPU sees when its traffic crosses
-    that tier: 1.0 is a non-blocking fat tree.
+    that tier: 1.0 is a non-blocking fat tree. ``degraded_links`` name nodes whose
+    link is slower than ``nic_gbps`` (read only by the twin's opt-in data-path model).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf breaks arithmetic later
@@ -48,6 +70,24 @@ class NetworkSpec(BaseModel):
     nic_gbps: float = Field(default=400, gt=0)
     spine_oversubscription: float = Field(default=1.0, ge=1.0)
     pod_oversubscription: float = Field(default=1.0, ge=1.0)
+    degraded_links: list[DegradedLinkSpec] = Field(default_factory=list)
+
+
+class StorageSpec(BaseModel):
+    """The shared file system every node reads datasets from and writes checkpoints to.
+
+    Aggregate bandwidths in GB/s (bytes, not bits), as a storage vendor or ``grace bench
+    storage`` reports them. ``nvme_read_gbps``: local NVMe per node; when given, input
+    pipelines read staged datasets from it (shared by the jobs on that node) instead of
+    the shared file system. Read only by the twin's opt-in data-path model.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    read_gbps: float = Field(gt=0, description="aggregate read bandwidth, GB/s")
+    write_gbps: float = Field(gt=0, description="aggregate write bandwidth, GB/s")
+    nvme_read_gbps: float | None = Field(default=None, gt=0,
+                                         description="local NVMe read per node, GB/s")
 
 
 class NodeGroupSpec(BaseModel):
@@ -113,6 +153,7 @@ class ClusterSpec(BaseModel):
         default_factory=list, description="extra GPU models beyond the built-in catalog"
     )
     node_groups: list[NodeGroupSpec] = Field(min_length=1)
+    storage: StorageSpec | None = None  # None: the file system is not modelled
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ClusterSpec:
@@ -148,6 +189,15 @@ class ClusterSpec(BaseModel):
                     problems.append(f"{where}.names: node name {n!r} appears twice; rename one")
                     break
                 seen_nodes.add(n)
+        degraded: set[str] = set()
+        for i, link in enumerate(self.network.degraded_links):
+            where = f"network.degraded_links[{i}].node"
+            if link.node not in seen_nodes:
+                problems.append(f"{where}: unknown node {link.node!r}; use a node name from "
+                                f"node_groups (e.g. {min(seen_nodes)!r})")
+            elif link.node in degraded:
+                problems.append(f"{where}: node {link.node!r} is listed twice; keep one entry")
+            degraded.add(link.node)
         if problems:
             raise ValueError("\n".join(problems))
         return self

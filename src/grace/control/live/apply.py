@@ -17,6 +17,9 @@ wrapped (``jobs.data_key``); every launch unwraps it into the attempt's env
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from grace.backends.base import LaunchSpec, LaunchSpecError, NodeAssignment, ReapError
 from grace.control.admission import ADMISSION, launch_refusal
@@ -30,14 +33,28 @@ from grace.control.snapshot import placement_to_nodes
 from grace.control.store import repository as repo
 from grace.control.store import tokens
 from grace.control.store import workflow as flows
-from grace.control.store.models import AttemptState, EndCause, Job, JobEventKind, JobState
+from grace.control.store.models import Attempt, AttemptState, EndCause, Job, JobEventKind, JobState
 from grace.core.capacity import Placement
 from grace.core.checkpoint import choose_interval
+from grace.core.checkpoint_stagger import (
+    CheckpointLoad,
+    CheckpointPhasing,
+    harmonic_interval,
+    job_load,
+    phase_for,
+)
 from grace.core.decisions import DecideResult
 from grace.core.jobs import PendingJob
-from grace.runtime.config import CHECKPOINT_KEY_ENV
+from grace.runtime.config import CHECKPOINT_KEY_ENV, INTERVAL_ENV, PHASE_ENV
 
 log = logging.getLogger("grace.reconciler")
+
+
+def _params_b(spec: dict[str, Any]) -> float | None:
+    """The declared model's size (billions of parameters), which sizes its checkpoint."""
+    model = spec.get("model") or {}
+    value = model.get("params_b") if isinstance(model, dict) else None
+    return float(value) if isinstance(value, int | float) else None
 #: ``reason`` prefix of a job whose launch budget is spent (the interface promises it).
 LAUNCH_ERROR = "launch-error"
 
@@ -136,7 +153,8 @@ class Applier:
             env = dict(spec.get("env") or {})
             interval = choose_interval(max(pj.gpu_equivalents, 1.0), self.ctx.settings.checkpoint_s,
                                        self.ctx.settings.restart_s)
-            env.setdefault("GRACE_CHECKPOINT_INTERVAL_S", f"{interval.interval_s:.0f}")
+            if not self._checkpoint_phase(s, job, attempt, pj, env, interval.interval_s, now):
+                env.setdefault("GRACE_CHECKPOINT_INTERVAL_S", f"{interval.interval_s:.0f}")
             env["GRACE_JOB_UID"] = dirs.uid(job.id)
             key_refusal = self._checkpoint_key(job, env)  # the env is a copy: the key is not stored
             # the attempt's own token: it may post its heartbeats and nothing else
@@ -176,6 +194,42 @@ class Applier:
             job = repo.require_job(s, int(pj.id))
             repo.set_attempt_running(s, attempt_of(job, number), handle)
         report.started.append(int(pj.id))
+
+    def _checkpoint_phase(self, s: Session, job: Job, attempt: Attempt, pj: PendingJob,
+                          env: dict[str, str], daly_s: float, now: float) -> bool:
+        """Stagger the attempt's checkpoints against the running ones'; False: no phase.
+
+        With a file-system write bandwidth (``settings.fs_write_gbps``, else the cluster
+        spec's ``storage.write_gbps``) the attempt gets Daly's interval rounded to a
+        harmonic one and the phase ``core.checkpoint_stagger.phase_for`` chooses with the
+        running attempts' phases fixed (the twin calls the same function), both pushed
+        (``GRACE_CHECKPOINT_INTERVAL_S``, ``GRACE_CHECKPOINT_PHASE_S``) and kept on the
+        attempt so later starts see them. A job that sets either variable itself keeps
+        its own schedule, unphased.
+        """
+        fs = self.ctx.settings.fs_write_gbps
+        if fs is None and self.ctx.topo.storage is not None:
+            fs = self.ctx.topo.storage.write_gbps
+        if fs is None or INTERVAL_ENV in env or PHASE_ENV in env:
+            return False
+        write_s = self.ctx.settings.checkpoint_s
+        if write_s <= 0:
+            return False
+        interval = harmonic_interval(daly_s)
+        running: dict[int, tuple[CheckpointLoad, float]] = {}
+        for a in repo.running_attempts(s):
+            if (a.job_id != job.id and a.checkpoint_phase_s is not None
+                    and a.checkpoint_interval_s):
+                running[a.job_id] = (job_load(a.job_id, a.gpus, a.checkpoint_interval_s, write_s,
+                                              _params_b(a.job.spec_json)),
+                                     a.checkpoint_phase_s)
+        load = job_load(job.id, max(pj.gpu_equivalents, 1.0), interval, write_s,
+                        _params_b(job.spec_json))
+        phase = phase_for(CheckpointPhasing.STAGGERED, load, now, running, fs)
+        attempt.checkpoint_interval_s, attempt.checkpoint_phase_s = interval, phase
+        env[INTERVAL_ENV] = f"{interval:.0f}"
+        env[PHASE_ENV] = f"{phase:.3f}"
+        return True
 
     def _checkpoint_key(self, job: Job, env: dict[str, str]) -> tuple[str, bool] | None:
         """Put the job's data key into the launch ``env``; (why not, final) if it cannot be.

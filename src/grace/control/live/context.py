@@ -34,6 +34,9 @@ class LiveSettings:
     launch_budget: int = LAUNCH_BUDGET
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     api_url: str | None = None  # GRACE_URL of each attempt: where the runtime sends heartbeats
+    # the shared file system's write bandwidth, GB/s: checkpoint phases are staggered against
+    # it (core.checkpoint_stagger); None: the cluster spec's storage.write_gbps, else no phases
+    fs_write_gbps: float | None = None
 
 
 @dataclass(frozen=True)

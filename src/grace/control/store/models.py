@@ -331,6 +331,10 @@ class Attempt(Base):
     # core started it above its tenant's guarantee (StartJob.borrowing): quota reclaim may
     # preempt it; a snapshot that forgot it would never give the GPUs back
     borrowing: Mapped[bool] = mapped_column(Boolean, default=False)
+    # the checkpoint schedule pushed to it (core.checkpoint_stagger): later starts are
+    # phased against it; None: no phase (no file-system bandwidth configured)
+    checkpoint_interval_s: Mapped[float | None]
+    checkpoint_phase_s: Mapped[float | None]
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

@@ -4,7 +4,8 @@ Sites keep their own logs (Slurm ``sacct``, a scheduler's database dump), so
 rather than one loader per site this one takes a column map:
 ``submit=Submit,duration=Elapsed,gpus=NGPU,tenant=Account`` (see
 :func:`parse_column_map`). Roles: ``submit``, ``duration`` and ``gpus`` are
-required; ``tenant``, ``id``, ``limit`` and ``name`` are optional.
+required; ``tenant``, ``id``, ``limit``, ``name`` and the data-path figures
+``model_gb``, ``grad_gb``, ``read_gbps``, ``step_s`` are optional.
 
 Values it understands:
 
@@ -22,6 +23,11 @@ Values it understands:
   enforced limit. A bad value skips the row, the reason naming the column.
 - name: the job name (sacct ``JobName``); names such as ``finetune-...``,
   ``sweep-...`` or ``pretrain-...`` decide the workload class.
+- model_gb, grad_gb, read_gbps, step_s: what the job moves, for the twin's
+  data-path model (``TraceJob.model_gb``, ``grad_gb_per_step``,
+  ``read_gbps_per_gpu``, ``step_compute_s``): non-negative numbers (GB, GB per
+  step, GB/s per GPU, seconds); blank leaves one unsaid (``sim.data_path``'s
+  documented default fills it). A bad value skips the row.
 
 The delimiter is guessed from the header (``,``, ``|`` as in
 ``sacct --parsable2``, tab or ``;``). Use ``sacct -X`` so job steps do not
@@ -53,7 +59,10 @@ from grace.sim.traces._common import (
 from grace.sim.traces.model import LoadReport, Trace
 
 REQUIRED_ROLES = ("submit", "duration", "gpus")
-OPTIONAL_ROLES = ("tenant", "id", "limit", "name")
+#: data-path roles -> TraceJob fields (read only by the twin's opt-in data-path model)
+DATA_PATH_ROLES = {"model_gb": "model_gb", "grad_gb": "grad_gb_per_step",
+                   "read_gbps": "read_gbps_per_gpu", "step_s": "step_compute_s"}
+OPTIONAL_ROLES = ("tenant", "id", "limit", "name", *DATA_PATH_ROLES)
 ROLES = REQUIRED_ROLES + OPTIONAL_ROLES
 
 _TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::[^=,]*)?=(\d+)")
@@ -104,6 +113,13 @@ def _gpus(text: str) -> int:
     return gpu_count(text)
 
 
+def _fact(text: str, what: str) -> float:
+    value = finite(text, what)
+    if value < 0:
+        raise RowError(f"negative {what}")
+    return value
+
+
 def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") -> Trace:
     """Load a headed CSV whose columns ``columns`` maps to roles; bad rows are counted, not raised."""
     _check_roles(columns)
@@ -121,6 +137,7 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
         i_id = col.get(columns.get("id", ""))
         i_lim = col.get(columns.get("limit", ""))
         i_name = col.get(columns.get("name", ""))
+        i_facts = [(f, col[columns[r]]) for r, f in DATA_PATH_ROLES.items() if columns.get(r)]
         for row in rows:
             n = report.rows
             report.rows += 1
@@ -139,6 +156,7 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
                 limit = (time_limit_s(field(row, i_lim), scale, columns["limit"])
                          if i_lim is not None else None)
                 name = (field(row, i_name) if i_name is not None else "") or None
+                facts = {f: _fact(field(row, i), f) for f, i in i_facts if field(row, i)}
             except RowError as e:
                 report.skip(e.reason)
                 continue
@@ -151,6 +169,7 @@ def load_csv(path: Path | str, columns: dict[str, str], time_unit: str = "s") ->
                 "tenant": tenant,
                 "limit_s": limit,
                 "name": name,
+                **facts,
             })
     if i_ten is not None:
         mark_sweeps(pending)

@@ -58,6 +58,15 @@ class TraceJob:
     array_group: str | None = None
     array_index: int = 0
     array_limit: int | None = None
+    # the data path (read only by the twin's opt-in model, ``sim.data_path``); None: the
+    # trace does not say, and ``data_path.job_facts`` fills the documented defaults.
+    # model_gb: checkpoint size (weights + optimizer state); grad_gb_per_step: gradient
+    # bytes each rank all-reduces per step; read_gbps_per_gpu: input the loader reads per
+    # GPU at full speed; step_compute_s: a step's compute on the reference GPU model
+    model_gb: float | None = None
+    grad_gb_per_step: float | None = None
+    read_gbps_per_gpu: float | None = None
+    step_compute_s: float | None = None
 
 
 @dataclass
