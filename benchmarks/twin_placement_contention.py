@@ -6,7 +6,8 @@ on philly-busy (non-blocking, 1:1) and on philly-busy-4to1 (the same cluster wit
 4:1 oversubscribed leaf uplinks), with the twin's data-path model on
 (``SimConfig.data_path``: jobs crossing a leaf's uplinks share its bandwidth), once
 with ``PlacementMode.TOPOLOGY`` (today's placement: fewest leaves, fullest first)
-and once with ``PlacementMode.CONTENTION`` (the default: ``core.spine_load``).
+once with ``PlacementMode.CONTENTION`` (``core.spine_load``) and once with
+``PlacementMode.HEADROOM`` (the default).
 Each run is its own process. ``--jobs N`` replays only the first N jobs of the
 trace (in submission order), for a quicker slice; the JSON says which.
 
@@ -14,8 +15,8 @@ Prints one line per run, then one JSON object on the last line: per policy and
 fabric, each mode's ``avg_jct_s``, ``p99_queue_s``, ``multi_leaf_share`` (gangs on
 more leaves than they need), ``crossing_jobs`` (gangs that spanned leaves) and the
 data-path summary, and ``<mode>_over_topology_avg_jct`` (below 1: that mode
-lowered average JCT). Modes: ``topology`` (today's), ``contention`` (the
-default), ``headroom`` (contention, and under the grace policy's leaf locality a
+lowered average JCT). Modes: ``topology`` (before issue 17), ``contention``,
+``headroom`` (the default: contention, and under the grace policy's leaf locality a
 gang that one leaf could hold crosses leaves now when every uplink it crosses
 stays within capacity, rather than wait for a leaf).
 

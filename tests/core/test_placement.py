@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from grace.core import JobCompileError, PendingReason, Slice, compile_job, decide
-from grace.core.placement import SliceRequest
+from grace.core.placement import PlacementMode, SliceRequest
 from grace.spec import JobSpec
 
 from .builders import (
@@ -125,17 +125,18 @@ def test_16_gpu_job_lands_on_two_nodes_under_one_leaf_even_if_lower_ids_span_lea
     assert per_node_counts(topo, placement) == {2: 8, 3: 8}
 
 
-def _two_half_free_leaves(policy):
+def _two_half_free_leaves(policy, **overrides):
     """Leaves of 2 nodes; each leaf has one whole node free and one with 7 of 8 GPUs free."""
     topo = make_cluster(nodes=4, nodes_per_leaf=2)
-    state = make_state(topo, policy)
+    state = make_state(topo, policy, **overrides)
     occupy(state, make_job(100, gpus=1), node_gpus(topo, 0, 1))
     occupy(state, make_job(101, gpus=1), node_gpus(topo, 2, 1))
     return topo, state
 
 
 def test_with_leaf_locality_a_gang_one_leaf_could_hold_waits_rather_than_span_two():
-    _topo, state = _two_half_free_leaves("grace")
+    # leaf locality without headroom: the uplinks' load is not asked
+    _topo, state = _two_half_free_leaves("grace", placement=PlacementMode.CONTENTION)
     assert state.policy.leaf_locality
     job = make_job(1, gpus=16)
     submit(state, job)
@@ -144,6 +145,18 @@ def test_with_leaf_locality_a_gang_one_leaf_could_hold_waits_rather_than_span_tw
 
     assert result.starts == []
     assert result.reason_for(job) is PendingReason.WAITING_FOR_CAPACITY
+
+
+def test_by_default_leaf_locality_yields_to_a_non_blocking_spine_on_whole_nodes():
+    # the grace policy's default (headroom): no uplink of a 1:1 fabric can be over
+    # capacity, so the gang crosses now instead of waiting for a leaf
+    topo, state = _two_half_free_leaves("grace")
+    assert state.policy.placement is PlacementMode.HEADROOM
+    submit(state, make_job(1, gpus=16))
+
+    placement = started(decide(state, 0))[1]
+
+    assert per_node_counts(topo, placement) == {1: 8, 3: 8}
 
 
 def test_without_leaf_locality_the_gang_spans_two_leaves_on_whole_nodes():

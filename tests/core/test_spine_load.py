@@ -177,11 +177,11 @@ def test_two_crossing_gangs_of_one_cycle_see_each_other_s_load():
         topo, [r.placement for r in state.running.values()]).leaf_load
 
 
-def test_the_grace_policy_places_by_contention_by_default():
-    assert get_policy("grace").placement is PlacementMode.CONTENTION
+def test_the_grace_policy_places_with_headroom_by_default():
+    assert get_policy("grace").placement is PlacementMode.HEADROOM
 
 
-# ---------------------------------------------------------------------- headroom (opt-in)
+# ---------------------------------------------------------------------- headroom (the default)
 
 
 def _no_leaf_holds_the_gang(mode: PlacementMode, loaded: bool, spine: float = 2.0) -> bool:

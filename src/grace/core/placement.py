@@ -17,7 +17,7 @@ Whole-GPU algorithm (``topology`` strategy, the default):
    one leaf takes partly free nodes under one leaf (fullest first) before whole
    nodes across leaves, and scatters across leaves only as a last resort.
 
-Contention (``PlacementMode.CONTENTION``, the default): when a gang must cross
+Contention (``PlacementMode.CONTENTION``): when a gang must cross
 leaves on an oversubscribed fabric, step 3 weighs candidate leaf sets (today's
 fewest-leaves cover, and a cover taking the least loaded leaves first in each
 pod that could hold the gang, else across pods) by the uplink load they would
@@ -28,7 +28,7 @@ loaded, then the one adding the least demand beyond capacity. A gang that
 fits one leaf, and every gang on a non-blocking fabric (where no uplink can be
 over capacity), is placed exactly as by ``TOPOLOGY``.
 
-Headroom (``PlacementMode.HEADROOM``, opt-in): as contention, and under leaf
+Headroom (``PlacementMode.HEADROOM``, the policies' default): as contention, and under leaf
 locality a gang that one leaf could hold but no leaf holds now crosses leaves
 at once, instead of waiting for a leaf, when a set exists whose every uplink
 stays within capacity with it added (on a non-blocking fabric, always).

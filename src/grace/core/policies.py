@@ -78,9 +78,11 @@ class QueuePolicy:
     preempt_for_priority: bool = False
     preempt_for_quota: bool = False
     preempt_for_las: bool = False
-    leaf_locality: bool = False  # never span two leaves when one could hold the gang
+    # never span two leaves when one could hold the gang, unless (``placement`` headroom)
+    # every uplink it would cross stays within capacity
+    leaf_locality: bool = False
     # a gang that must cross leaves: weigh the uplinks' load (core.spine_load) or not
-    placement: PlacementMode = PlacementMode.CONTENTION
+    placement: PlacementMode = PlacementMode.HEADROOM
     # one-node jobs: "best-fit" (fullest node that holds them) or "fragmentation" (the node
     # and GPU losing the least capacity usable by the requests seen, core.fragmentation)
     packing: str = "best-fit"

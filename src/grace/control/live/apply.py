@@ -49,14 +49,15 @@ from grace.runtime.config import CHECKPOINT_KEY_ENV, INTERVAL_ENV, PHASE_ENV
 
 log = logging.getLogger("grace.reconciler")
 
+#: ``reason`` prefix of a job whose launch budget is spent (the interface promises it).
+LAUNCH_ERROR = "launch-error"
+
 
 def _params_b(spec: dict[str, Any]) -> float | None:
     """The declared model's size (billions of parameters), which sizes its checkpoint."""
     model = spec.get("model") or {}
     value = model.get("params_b") if isinstance(model, dict) else None
     return float(value) if isinstance(value, int | float) else None
-#: ``reason`` prefix of a job whose launch budget is spent (the interface promises it).
-LAUNCH_ERROR = "launch-error"
 
 
 class Applier:
