@@ -21,8 +21,10 @@ from grace.bench.net import (
     element_count,
     figure,
     format_size,
+    merge_reports,
     net_table,
     parse_ops,
+    parse_rank_counts,
     parse_size,
     parse_sizes,
     resolve_backend,
@@ -115,6 +117,39 @@ def test_the_table_fits_80_columns_with_every_figure_whole() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     big = rows[1]
     assert figure(big.busbw_gbps) in text and "reducescatter" in text and "1G" in text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4", [4]), ("2,8,4,4", [2, 4, 8]), ("2..8", [2, 4, 8]), ("2..6", [2, 4, 6]), ("3..3", [3]),
+])
+def test_rank_counts_are_a_count_a_list_or_a_range(text: str, expected: list[int]) -> None:
+    assert parse_rank_counts(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["1", "0,2", "8..2", "four", "2..x", ""])
+def test_bad_rank_counts_name_the_flag(bad: str) -> None:
+    with pytest.raises(BenchError, match="--ranks"):
+        parse_rank_counts(bad)
+
+
+def test_a_sweep_over_rank_counts_is_one_report_with_a_ranks_column() -> None:
+    reports = [NetReport(results=[NetResult.from_time(Op.ALLREDUCE, s, n, 1, 1e-3 * n)
+                                  for s in (K, M)],
+                         backend=Backend.GLOO, ranks=n, nodes=1, launcher="local")
+               for n in (4, 2)]
+    merged = merge_reports(reports)
+    d = merged.to_json()
+    assert d["ranks"] == 4 and d["rank_counts"] == [2, 4]
+    assert [r["ranks"] for r in d["results"]] == [2, 2, 4, 4]  # smallest count first
+    # busbw keeps each row's own factor: 2(n-1)/n of its rank count
+    two, four = d["results"][1], d["results"][3]
+    assert two["busbw_gbps"] == pytest.approx(two["algbw_gbps"] * 1.0)
+    assert four["busbw_gbps"] == pytest.approx(four["algbw_gbps"] * 1.5)
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(net_table(merged, 80))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "ranks" in text.splitlines()[1] + text.splitlines()[2] and "2,4 ranks" in text
 
 
 @pytest.mark.parametrize(("x", "text"), [(0.000335, "0.000335"), (0.209, "0.209"),

@@ -36,25 +36,29 @@ def net_html(report: NetReport, out: Path) -> None:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("bus bandwidth (GB/s, nccl-tests definition)",
                                         "latency per operation (us, median)"))
+    counts = sorted({r.ranks for r in report.results})
     for op in Op:
-        rows = [r for r in report.results if r.op is op]
-        if not rows:
-            continue
-        x = [r.bytes for r in rows]
-        labels = [format_size(r.bytes) for r in rows]
-        fig.add_trace(go.Scatter(x=x, y=[r.busbw_gbps for r in rows], mode="lines+markers",
-                                 name=f"{op.value} busbw", text=labels, legendgroup=op.value),
-                      row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=[r.latency_us for r in rows], mode="lines+markers",
-                                 name=f"{op.value} latency", text=labels, legendgroup=op.value,
-                                 showlegend=False), row=2, col=1)
+        for n in counts:  # one line per collective, and per rank count when several ran
+            rows = [r for r in report.results if r.op is op and r.ranks == n]
+            if not rows:
+                continue
+            name = op.value if len(counts) == 1 else f"{op.value} x{n}"
+            x = [r.bytes for r in rows]
+            labels = [format_size(r.bytes) for r in rows]
+            fig.add_trace(go.Scatter(x=x, y=[r.busbw_gbps for r in rows], mode="lines+markers",
+                                     name=f"{name} busbw", text=labels, legendgroup=name),
+                          row=1, col=1)
+            fig.add_trace(go.Scatter(x=x, y=[r.latency_us for r in rows], mode="lines+markers",
+                                     name=f"{name} latency", text=labels, legendgroup=name,
+                                     showlegend=False), row=2, col=1)
     fig.update_xaxes(type="log", title_text="message size (bytes)", row=2, col=1)
     fig.update_xaxes(type="log", row=1, col=1)
     fig.update_yaxes(type="log", title_text="GB/s", row=1, col=1)
     fig.update_yaxes(type="log", title_text="us", row=2, col=1)
     fig.update_layout(height=800)
     where = ", ".join(report.node_names) or report.host
-    intro = (f"{report.backend.value}, {report.ranks} ranks on {report.nodes} node(s) ({where}), "
+    said = ",".join(map(str, counts))
+    intro = (f"{report.backend.value}, {said} ranks on {report.nodes} node(s) ({where}), "
              f"launcher {report.launcher}. busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n "
              "for all-gather and reduce-scatter (nccl-tests doc/PERFORMANCE.md); "
              "GB/s = 1e9 bytes/s.")

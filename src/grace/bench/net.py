@@ -105,6 +105,44 @@ def parse_sizes(text: str) -> list[int]:
     return sorted({parse_size(p) for p in parts})
 
 
+def parse_rank_counts(text: str) -> list[int]:
+    """``--ranks``: one count (``4``), a list (``2,4,8``) or a range ``2..8`` (every power
+    of two from the first, and the last). Each count is at least 2; ascending, once each."""
+    text = text.strip()
+    try:
+        if ".." in text:
+            lo_s, hi_s = text.split("..", 1)
+            lo, hi = int(lo_s), int(hi_s)
+            if lo > hi:
+                raise BenchError(f"--ranks {text}: the range runs backwards; write {hi}..{lo}")
+            counts, n = [], lo
+            while n < hi:
+                counts.append(n)
+                n *= 2
+            counts.append(hi)
+        else:
+            counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise BenchError(f"--ranks {text!r}: give a count (4), a list (2,4,8) or a range "
+                         "(2..8)") from None
+    if not counts or min(counts) < 2:
+        raise BenchError(f"--ranks {text}: every count must be >= 2: a collective needs two "
+                         "ranks to move data")
+    return sorted(set(counts))
+
+
+def merge_reports(reports: Sequence[NetReport]) -> NetReport:
+    """One report of runs at several rank counts (same backend, nodes and launcher):
+    their rows in rank order; ``ranks`` is the largest count."""
+    first = reports[0]
+    results = [r for rep in sorted(reports, key=lambda x: x.ranks) for r in rep.results]
+    return NetReport(results=results, backend=first.backend,
+                     ranks=max(rep.ranks for rep in reports), nodes=first.nodes,
+                     launcher=first.launcher, host=first.host,
+                     node_names=sorted({n for rep in reports for n in rep.node_names}),
+                     placement=first.placement, iters=first.iters, warmup=first.warmup)
+
+
 def parse_ops(text: str) -> list[Op]:
     """``"allreduce,allgather"`` -> the ops, in the order given, without repeats."""
     ops: list[Op] = []
@@ -217,6 +255,7 @@ class NetReport:
             "results": [r.to_json() for r in self.results],
             "backend": self.backend.value,
             "ranks": self.ranks,
+            "rank_counts": sorted({r.ranks for r in self.results}),
             "nodes": self.nodes,
             "launcher": self.launcher,
             "host": self.host,
@@ -241,17 +280,21 @@ def net_table(report: NetReport, width: int) -> RenderableType:
     """One row per (op, size), figures never cut; fits ``width`` (80 columns)."""
     from grace.cli.fit import Column, fit_table
 
+    counts = sorted({r.ranks for r in report.results})
+    several = len(counts) > 1  # a ranks column only when the run swept rank counts
     columns = [
         Column("op"),
+        *([Column("ranks", justify="right")] if several else []),
         Column("size", justify="right"),
         Column("busbw GB/s", justify="right"),
         Column("algbw GB/s", justify="right"),
         Column("latency us", justify="right"),
     ]
-    rows = [[r.op.value, format_size(r.bytes), figure(r.busbw_gbps), figure(r.algbw_gbps),
-             f"{r.latency_us:.1f}"] for r in report.results]
-    title = (f"{report.backend.value}: {report.ranks} ranks on {report.nodes} node(s), "
-             f"{report.launcher}")
+    rows = [[r.op.value, *([str(r.ranks)] if several else []), format_size(r.bytes),
+             figure(r.busbw_gbps), figure(r.algbw_gbps), f"{r.latency_us:.1f}"]
+            for r in report.results]
+    said = ",".join(map(str, counts)) if several else str(report.ranks)
+    title = f"{report.backend.value}: {said} ranks on {report.nodes} node(s), {report.launcher}"
     return fit_table(columns, rows, width, title=title,
                      caption="GB/s = 1e9 bytes/s; busbw as nccl-tests (doc/PERFORMANCE.md)")
 

@@ -44,7 +44,8 @@ def _emit(json_out: Path | None, html_out: Path | None, payload: dict[str, Any],
 
 @bench_app.command("net")
 def net(
-    ranks: int = typer.Option(..., "--ranks", help="processes taking part (>= 2)"),
+    ranks: str = typer.Option(..., "--ranks", help="processes taking part (>= 2): a count, "
+                                                 "a list 2,4,8 or a range 2..8 (powers of 2)"),
     nodes: int = typer.Option(1, "--nodes", help="nodes they span (> 1 needs --launcher slurm)"),
     sizes: str | None = typer.Option(
         None, "--sizes",
@@ -71,7 +72,15 @@ def net(
 ) -> None:
     """Collective bandwidth (nccl-tests' algbw, busbw in GB/s = 1e9 B/s) and latency per size."""
     from grace.bench.html import net_html
-    from grace.bench.net import NetPlan, net_table, parse_ops, parse_sizes, run_net_bench
+    from grace.bench.net import (
+        NetPlan,
+        merge_reports,
+        net_table,
+        parse_ops,
+        parse_rank_counts,
+        parse_sizes,
+        run_net_bench,
+    )
 
     try:
         spec = None
@@ -83,11 +92,17 @@ def net(
                 spec = load_cluster(cluster)
             except (SpecError, OSError) as e:
                 raise BenchError(f"--cluster {cluster}: {e}") from e
-        plan = NetPlan(ranks=ranks, nodes=nodes,
-                       sizes=tuple(parse_sizes(sizes)) if sizes else None,
-                       ops=tuple(parse_ops(ops)), iters=iters, warmup=warmup, backend=backend,
-                       launcher=launcher.value, placement=placement.value)
-        report = run_net_bench(plan, cluster=spec)
+        counts = parse_rank_counts(ranks)
+        plans = [NetPlan(ranks=n, nodes=nodes,
+                         sizes=tuple(parse_sizes(sizes)) if sizes else None,
+                         ops=tuple(parse_ops(ops)), iters=iters, warmup=warmup, backend=backend,
+                         launcher=launcher.value, placement=placement.value) for n in counts]
+        reports = []
+        for plan in plans:  # one run per rank count, smallest first
+            if len(plans) > 1:
+                err.print(f"{plan.ranks} ranks", highlight=False)
+            reports.append(run_net_bench(plan, cluster=spec))
+        report = merge_reports(reports)
     except BenchError as e:
         raise _fail(e) from None
     _emit(json_out, html_out, report.to_json(), lambda: net_table(report, console.width),
