@@ -160,9 +160,11 @@ def test_the_dashboard_in_chromium_shows_the_cluster_and_a_growing_curve(
 
             chromium.get(f"{server.url}/ui/jobs/{job}")
             first = _wait("the step-time curve", lambda: _points(chromium), server, 30)
-            assert chromium.execute_script(
+            # plotly draws after the points arrive (data-points is set first): on a loaded
+            # machine that can take a moment, so wait for the trace, do not sample it once
+            _wait("plotly's step-time trace", lambda: chromium.execute_script(
                 "return document.querySelectorAll('#step-time-chart .scatterlayer .trace')"
-                ".length") >= 1  # plotly drew it
+                ".length") >= 1, server, 20)
             time.sleep(6)  # heartbeats are sent every 5 s
             second = _wait("more points", lambda: (lambda n: n if n > first else None)(
                 _points(chromium)), server, 20)
