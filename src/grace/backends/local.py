@@ -234,6 +234,21 @@ def _scan_attempts(tokens: set[str], workdir: str, attempts: set[int]) -> dict[i
     return processes_where(ours, exclude=(os.getpid(),))
 
 
+def _agent_end(a: _Attempt, node: str) -> str:
+    """How a vanished agent ended, when this instance started it (its exit status is ours
+    to read): " (killed by SIGKILL)", " (exited 1)"; empty for an adopted agent."""
+    proc = next((n.proc for n in a.nodes if n.name == node), None)
+    code = None if proc is None else proc.returncode
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            return f" (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return f" (killed by signal {-code})"
+    return f" (exited {code})"
+
+
 def rank_logs(attempt_dir: Path) -> dict[str, dict[int, tuple[Path, Path]]]:
     """``{node: {local_rank: (stdout.log, stderr.log)}}`` that torchrun wrote for an attempt."""
     found: dict[str, dict[int, tuple[Path, Path]]] = {}
@@ -1057,8 +1072,8 @@ class LocalBackend:
             return obs(
                 AttemptStatus.LOST,
                 failed_node=node,
-                detail=f"agent of node {node} disappeared without an exit record\n"
-                f"{_tail(a.dir / f'{node}.log', a.uid)}",
+                detail=f"agent of node {node} disappeared without an exit record"
+                f"{_agent_end(a, node)}\n{_tail(a.dir / f'{node}.log', a.uid)}",
             )
         return obs(AttemptStatus.SUCCEEDED, exit_code=0)
 

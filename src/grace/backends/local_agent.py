@@ -187,6 +187,24 @@ def _wait(
         return proc.wait(), "time_limit"
 
 
+def _wait_recorded(
+    proc: subprocess.Popen[bytes], node: str, time_limit_s: float | None, sweep: Callable[[float], None]
+) -> tuple[int, str]:
+    """``_wait``, but an error of the agent's own while ending torchrun still yields an
+    outcome: without one the agent would die with no exit record and the attempt would
+    read as LOST (a node fault) instead of what really ended it."""
+    started = time.monotonic()
+    try:
+        return _wait(proc, node, time_limit_s, sweep)
+    except Exception as e:
+        print(f"grace agent: supervising node {node} failed: {e!r}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            proc.kill()
+        code = proc.wait()
+        past = time_limit_s is not None and time.monotonic() - started >= time_limit_s
+        return code, "time_limit" if past else "exited"
+
+
 def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: list[str]) -> int:
     """Supervise torchrun for one node; always leave ``<node>.exit`` behind if we live to."""
     me = os.getpid()
@@ -207,8 +225,11 @@ def run_agent(attempt_dir: Path, node: str, time_limit_s: float | None, argv: li
         print(f"grace agent: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
         code, reason = 127, "exec_failed"
     else:
-        code, reason = _wait(proc, node, time_limit_s, sweep)
-    sweep(2.0)  # workers torchrun orphaned: they live in sessions of their own
+        code, reason = _wait_recorded(proc, node, time_limit_s, sweep)
+    try:
+        sweep(2.0)  # workers torchrun orphaned: they live in sessions of their own
+    except Exception as e:  # the record below matters more than a perfect sweep
+        print(f"grace agent: sweeping node {node} failed: {e!r}", file=sys.stderr, flush=True)
     write_json_atomic(
         attempt_dir / f"{node}.exit",
         {"node": node, "exit_code": code, "reason": reason, "ended_at": time.time()},
