@@ -115,6 +115,35 @@ class HybridAssumptions(BaseModel):
     owned_fraction: Figure
 
 
+class SiteFacts(BaseModel):
+    """What a building must hold for owned nodes (``grace plan --site-kw``): their weight and
+    height, and the racks they go in. Power per node comes from the catalog's board watts
+    times ``owned.node_power_overhead``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_weight_kg: Figure
+    node_rack_units: Figure
+    rack_units: Figure
+    rack_kw: Figure
+    rack_empty_kg: Figure
+    rack_footprint_m2: Figure
+    floor_kg_per_m2: Figure
+
+
+class LifecycleTerms(BaseModel):
+    """Procurement and ageing (``grace lifecycle``): how long an order takes, what a lease
+    costs, how fast newer GPUs get cheaper per unit of work, how upkeep grows with age."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lead_time_weeks: Figure
+    lease_term_months: Figure
+    lease_rate_per_month: Figure
+    price_performance_doubling_years: Figure
+    maintenance_growth_per_year: Figure
+
+
 class PriceBook(BaseModel):
     """The whole book; build with :func:`load_pricebook`, which also runs the sanity checks."""
 
@@ -124,6 +153,8 @@ class PriceBook(BaseModel):
     clouds: dict[str, CloudTerms]
     hybrid: HybridAssumptions
     gpus: dict[str, GpuPrices]
+    site: SiteFacts
+    lifecycle: LifecycleTerms
 
     def gpu(self, name: str) -> GpuPrices:
         """Prices of one GPU model, or a ValueError listing the models the book has."""
@@ -148,15 +179,26 @@ _BOUNDS: dict[str, tuple[float, bool, str]] = {
     "node_power_overhead": (0.0, False, "a node draws more than 0 W; 1.0 means GPUs only"),
     "gpus_per_fte": (0.0, False, "one engineer runs more than 0 GPUs"),
     "owned_fraction": (0.0, False, "own more than 0% of the workload (or compare cloud options)"),
+    "node_rack_units": (0.0, False, "a node takes more than 0 rack units"),
+    "rack_units": (1.0, True, "a rack holds at least 1 unit (a standard rack is 42U)"),
+    "rack_kw": (0.0, False, "a rack feeds more than 0 kW"),
+    "rack_footprint_m2": (0.0, False, "a rack stands on more than 0 m2 (600 x 1200 mm = 0.72)"),
+    "floor_kg_per_m2": (0.0, False, "a floor holds more than 0 kg/m2"),
+    "lease_term_months": (1.0, True, "a lease runs at least 1 month"),
+    "price_performance_doubling_years": (0.0, False, "price-performance doubles in more than "
+                                                     "0 years"),
 }
 _FRACTIONS = {"storage_capex_fraction", "misc_capex_fraction", "maintenance_fraction_per_year",
-              "residual_value_fraction", "owned_fraction"}
+              "residual_value_fraction", "owned_fraction", "lease_rate_per_month"}
 
 
 def _figures(book: PriceBook) -> list[tuple[str, str, Figure]]:
     """(path, field name, figure) for every figure in the book."""
     out: list[tuple[str, str, Figure]] = []
-    for section, model in (("owned", book.owned), ("hybrid", book.hybrid)):
+    sections: tuple[tuple[str, BaseModel], ...] = (
+        ("owned", book.owned), ("hybrid", book.hybrid), ("site", book.site),
+        ("lifecycle", book.lifecycle))
+    for section, model in sections:
         out += [(f"{section}.{k}", k, getattr(model, k)) for k in type(model).model_fields]
     for cloud, terms in book.clouds.items():
         out += [(f"clouds.{cloud}.{k}", k, getattr(terms, k)) for k in CloudTerms.model_fields]
