@@ -7,14 +7,19 @@ row's margin, never over the cash plot.
 
 from __future__ import annotations
 
+import html
+import os
+import time
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from grace.cost.plan import plan
 from grace.cost.pricebook import PriceBook
 from grace.cost.report import label_margin_px, plan_figure, short_labels, write_plan_html
+from grace.cost.site import SiteSpec
 from grace.cost.workload import Workload
 from grace.sim.report_page import STYLE
 
@@ -81,3 +86,80 @@ def test_the_plan_page_is_styled_like_the_other_reports(results: dict[int, dict]
     doc = path.read_text()
     assert STYLE in doc and doc.count("<h1>") == 1
     assert "resale credit" in doc and "class='swatch'" in doc
+
+
+def test_the_tornado_keys_its_bars_in_its_own_legend(results: dict[int, dict]) -> None:
+    fig = plan_figure(results[36])
+    bars = [tr for tr in fig.data if tr.type == "bar"]
+    assert {tr.legend for tr in bars} == {"legend2"}
+    assert all(tr.legend in (None, "legend") for tr in fig.data if tr.type == "scatter")
+    assert fig.layout.legend2.y == fig.layout.yaxis2.domain[1]  # beside the tornado
+
+
+def test_the_page_shows_the_site_staffing_and_rules_of_thumb(tmp_path: Path) -> None:
+    book = round_book()
+    w = Workload(64, "H100-SXM", 0.7, 36)
+    free, at30 = plan(w, book), plan(w, book, SiteSpec(30))
+    for result, name in ((free, "free.html"), (at30, "site.html")):
+        write_plan_html(result, tmp_path / name)
+    free_doc, site_doc = (tmp_path / "free.html").read_text(), (tmp_path / "site.html").read_text()
+    assert "<h2>Site</h2>" not in free_doc and "<h2>Site</h2>" in site_doc
+    assert html.escape(at30["site"]["reason"]) in site_doc
+    assert f"{at30['site']['draw_kw']:.1f}" in site_doc
+    for doc, result in ((free_doc, free), (site_doc, at30)):
+        assert "<h2>Staffing</h2>" in doc and "<h2>Rules of thumb</h2>" in doc
+        for r in result["rules_of_thumb"]:
+            assert html.escape(r["plan_says"]) in doc
+
+
+def _browser() -> Any:
+    """Debian's chromium and chromedriver through selenium, as the dashboard's browser test
+    drives them; skipped without them unless GRACE_TEST_BROWSER=1 (CI)."""
+    missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not Path(p).exists()]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        if os.environ.get("GRACE_TEST_BROWSER", "").strip() == "1":
+            pytest.fail(f"GRACE_TEST_BROWSER=1 but {', '.join(missing)} missing", pytrace=False)
+        pytest.skip(f"needs {', '.join(missing)}")
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1024,900"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+#: each plot area's box, and each tornado tick label's box, as the browser lays them out
+_BOXES_JS = """
+const box = e => {const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom];};
+return {plots: [...document.querySelectorAll('.bglayer rect.bg')].map(box),
+        labels: [...document.querySelectorAll('g.y2tick text')].map(box),
+        svg: box(document.querySelector('svg.main-svg'))};
+"""
+
+
+@pytest.mark.slow
+def test_in_a_browser_no_tornado_label_touches_the_cash_plot(results: dict[int, dict],
+                                                             tmp_path: Path) -> None:
+    path = tmp_path / "plan.html"
+    write_plan_html(results[36], path)
+    driver = _browser()
+    try:
+        driver.get(path.as_uri())
+        deadline = time.monotonic() + 30
+        boxes = driver.execute_script(_BOXES_JS)
+        while len(boxes["labels"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            boxes = driver.execute_script(_BOXES_JS)
+    finally:
+        driver.quit()
+    cash, tornado = boxes["plots"]
+    labels, svg = boxes["labels"], boxes["svg"]
+    assert len(labels) == len(results[36]["sensitivity"][:12])
+    for left, top, right, _bottom in labels:
+        assert left >= svg[0]  # not cut at the figure's edge
+        assert right <= tornado[0] + 1  # left of its own bars
+        assert top >= cash[3]  # below the cash plot, never over it

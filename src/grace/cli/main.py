@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from grace.cli.assess import assess
 from grace.cli.audit import audit_command
 from grace.cli.bench import bench_app
 from grace.cli.catalog import gpus, policies
 from grace.cli.client import cancel, drain, inject, job, jobs, logs, nodes, resume, submit, up
 from grace.cli.demo import demo
+from grace.cli.lifecycle import lifecycle
 from grace.cli.plan import plan
 from grace.cli.runbooks import alerts, runbooks
 from grace.cli.showback import showback
@@ -59,6 +61,8 @@ app.command(cls=EstimatesFlagCommand)(simulate)
 app.command(cls=EstimatesFlagCommand)(compare)
 app.command()(whatif)
 app.command()(plan)
+app.command()(lifecycle)
+app.command()(assess)
 app.command()(showback)
 app.command()(runbooks)
 app.command()(alerts)

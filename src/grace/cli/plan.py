@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console, RenderableType
@@ -11,6 +11,9 @@ from rich.console import Console, RenderableType
 from grace.cli.fit import Cell, Column, Fit, fit_table
 from grace.cli.json_out import to_stdout
 from grace.spec.errors import SpecError
+
+if TYPE_CHECKING:
+    from grace.cost.site import SiteSpec
 
 console = Console()
 err = Console(stderr=True)
@@ -60,6 +63,19 @@ def plan(
     json_out: Path | None = typer.Option(
         None, "--json", help="write the plan as JSON here (- : to stdout, without the tables)"),
     html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
+    site_kw: float | None = typer.Option(
+        None, "--site-kw", min=0.001,
+        help="IT power the site can feed, kW: on-prem (and the hybrid's owned part) is "
+             "refused if its nodes do not fit"),
+    cooling_kw: float | None = typer.Option(
+        None, "--cooling-kw", min=0.001, help="with --site-kw: heat the site can remove, kW "
+                                              "(default: --site-kw)"),
+    rack_kw: float | None = typer.Option(
+        None, "--rack-kw", min=0.001, help="with --site-kw: power per rack, kW "
+                                           "(default: the price book's site.rack_kw)"),
+    floor_kg_per_m2: float | None = typer.Option(
+        None, "--floor-kg-per-m2", min=0.001,
+        help="with --site-kw: the floor's load rating (default: site.floor_kg_per_m2)"),
 ) -> None:
     """Compare on-prem, colo, cloud (on-demand, 1-year, 3-year) and hybrid for one workload."""
     from grace.cost.plan import plan as make_plan
@@ -71,6 +87,7 @@ def plan(
                                  param_hint="--utilization / --trace")
     if trace is None and months is None:
         raise typer.BadParameter("how long? give --months", param_hint="--months")
+    site = _site_spec(site_kw, cooling_kw, rack_kw, floor_kg_per_m2)
     try:
         book = load_pricebook(prices)
         book.offers(gpu, cloud)
@@ -82,7 +99,7 @@ def plan(
         else:
             assert utilization is not None and months is not None
             workload = Workload(gpus, gpu, utilization, months, cloud, egress_gb)
-        result = make_plan(workload, book)
+        result = make_plan(workload, book, site)
         if trace is not None:
             result["inputs"]["workload"]["trace"] = {"path": str(trace), "format": fmt}
     except (SpecError, ValueError, OSError) as e:
@@ -97,6 +114,8 @@ def plan(
                          if threshold is not None else
                          f"[bold]no utilization[/bold] (it would need {100 * unclamped:.0f}%)"))
         console.print(_sensitivity_table(result["sensitivity"][:8]))
+        for line in summary_lines(result):
+            console.print(line, markup=False, highlight=False)
     if json_out:
         from grace.cli.simulate import _write_json
 
@@ -108,6 +127,59 @@ def plan(
 
         write_plan_html(result, html_out)
         err.print(f"report: {html_out}")
+
+
+def _site_spec(site_kw: float | None, cooling_kw: float | None, rack_kw: float | None,
+               floor_kg_per_m2: float | None) -> SiteSpec | None:
+    """The site the user described, or None (no site check) without ``--site-kw``."""
+    from grace.cost.site import SiteSpec
+
+    if site_kw is None:
+        given = [flag for flag, v in (("--cooling-kw", cooling_kw), ("--rack-kw", rack_kw),
+                                      ("--floor-kg-per-m2", floor_kg_per_m2)) if v is not None]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)} describe a site: give its power "
+                                     f"with --site-kw too", param_hint="--site-kw")
+        return None
+    return SiteSpec(site_kw, cooling_kw, rack_kw, floor_kg_per_m2)
+
+
+def _site_lines(site: dict[str, Any]) -> list[str]:
+    """The site block: draw and its range, nodes powered and in boxes, racks, floor."""
+    verdict = "fits" if site["feasible"] else "REFUSED for on-prem"
+    lines = [
+        f"site: {verdict}. {site['nodes_needed']} nodes draw {site['draw_kw']:.1f} kW "
+        f"({site['draw_kw_low']:.1f}-{site['draw_kw_high']:.1f} kW by node_power_overhead "
+        f"{site['node_power_overhead_low']:g}-{site['node_power_overhead_high']:g}); the site "
+        f"feeds {site['site_kw']:g} kW and cools {site['cooling_kw']:g} kW",
+        f"  nodes: {site['nodes_powered']} powered, {site['nodes_in_boxes']} in boxes; "
+        f"{site['racks']} rack{'' if site['racks'] == 1 else 's'} of up to "
+        f"{site['nodes_per_rack']} nodes ({site['rack_kw']:g} kW, "
+        f"{site['rack_units']:g}U); fullest rack {site['rack_weight_kg']:,.0f} kg = "
+        f"{site['floor_load_kg_per_m2']:,.0f} kg/m2 (floor {site['floor_kg_per_m2']:,.0f})"]
+    if not site["feasible"]:
+        lines.append(f"  why: {site['reason']}")
+    hybrid = site.get("hybrid")
+    if hybrid is not None and not hybrid["feasible"]:
+        lines.append(f"  hybrid ({hybrid['gpus']:g} owned GPUs) refused too: {hybrid['reason']}")
+    return lines
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """What goes under the tables: the site block (with --site-kw), staffing in one line,
+    and each rule of thumb against the plan (console.print wraps them to its width)."""
+    lines = _site_lines(result["site"]) if "site" in result else []
+    st = result["staffing"]
+    lines.append(
+        f"staffing: {st['fte']:.2f} FTE for {st['gpus']:g} GPUs (1 per {st['gpus_per_fte']:g} "
+        f"GPUs, at least {st['min_fte']:g}) = {_usd(st['usd_per_month'])}/month; the seed's "
+        f"0.5 per 32 GPUs: {st['fte_by_seed_rule']:.2f} FTE")
+    lines.append("rules of thumb (the seeds) against this plan:")
+    for r in result["rules_of_thumb"]:
+        mark = {True: "agrees", False: "DIFFERS", None: "no call"}[r["agrees"]]
+        lines.append(f"- [{mark}] {r['rule']}. Seed: {r['says']}. Plan: {r['plan_says']}. "
+                     f"Why: {r['why']}.")
+    return lines
 
 
 def _table(result: dict[str, Any], width: int | None = None) -> RenderableType:

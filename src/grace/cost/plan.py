@@ -13,6 +13,12 @@ totals and the breakeven months all come from one series per option:
   the remaining term is billed in the last month of the workload;
 - ``hybrid``: :func:`grace.cost.hybrid.hybrid_option`.
 
+With a site (``grace plan --site-kw``, :mod:`grace.cost.site`) an option whose owned
+GPUs the building cannot host (``on-prem``; ``hybrid`` when its owned part does not fit)
+is refused: ``total_usd`` None and the reason in its note. ``staffing`` and
+``rules_of_thumb`` (:mod:`grace.cost.rules_of_thumb`) set the price book's staffing and
+the plan's answer beside the seeds' rules.
+
 ``owning_beats_renting_above_utilization`` is closed form. On-prem costs the
 same whatever the utilization, renting on demand scales with it, so they are
 equal at ``U* = (onprem_total - egress_total) / (gpus * 730 * months * on_demand)``.
@@ -24,9 +30,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from grace.cost.hybrid import hybrid_option
+from grace.cost.hybrid_twin import owned_gpus_for
 from grace.cost.pricebook import PriceBook, figure_sources, with_value
+from grace.cost.rules_of_thumb import PlanFacts, rules_of_thumb
+from grace.cost.site import SiteFit, SiteSpec, site_figures, site_fit
 from grace.cost.tco import (
     HOURS_PER_MONTH,
+    book_value_fraction,
     cloud_terms,
     commitment_billed_months,
     owned_cash_series,
@@ -34,6 +44,7 @@ from grace.cost.tco import (
     owned_resale_usd,
     owned_staff_usd_per_month,
     owned_usd_per_gpu_hour,
+    staff_fte,
 )
 from grace.cost.workload import PlanOption, Workload
 
@@ -111,12 +122,42 @@ def owning_threshold(w: Workload, owned_total: float, book: PriceBook) -> float:
     return (owned_total - egress_total) / (w.gpus * HOURS_PER_MONTH * w.months * rate)
 
 
-def options(w: Workload, book: PriceBook) -> list[PlanOption]:
-    """All six options, breakeven months filled in, in ``OPTION_NAMES`` order."""
+def refused(option: PlanOption, fit: SiteFit, what: str) -> PlanOption:
+    """``option`` as a site that cannot host ``what`` leaves it: no total, no cash curve,
+    the reason and how many nodes fit in its note; what it would cost in ``detail``."""
+    return replace(option, total_usd=None, cumulative_usd=(), resale_usd=0.0,
+                   note=f"the site cannot host {what}: {fit.reason}",
+                   detail={**option.detail, "total_usd_if_hosted": option.total_usd or 0.0,
+                           "site_nodes_fit": float(fit.nodes_fit),
+                           "site_nodes_needed": float(fit.nodes_needed)})
+
+
+def hybrid_site_fit(w: Workload, book: PriceBook, site: SiteSpec) -> SiteFit:
+    """The site check for the hybrid's owned part (``owned_gpus_for``: whole servers)."""
+    return site_fit(book, w.gpu, owned_gpus_for(w, book), site)
+
+
+def options(w: Workload, book: PriceBook, site: SiteSpec | None = None) -> list[PlanOption]:
+    """All six options, breakeven months filled in, in ``OPTION_NAMES`` order.
+
+    With a ``site``, ``on-prem`` and ``hybrid`` are refused (``total_usd`` None) when the
+    site cannot host their owned GPUs; the hybrid's twin is then not run. ``colo`` is
+    another building and is never refused."""
     reference = on_demand_option(w, book)
-    raw = [owned_option(w, book, "on-prem"), owned_option(w, book, "colo"), reference,
+    onprem = owned_option(w, book, "on-prem")
+    hybrid_fit = hybrid_site_fit(w, book, site) if site is not None else None
+    if hybrid_fit is not None and not hybrid_fit.feasible:
+        hybrid = refused(PlanOption("hybrid", None, w.useful_gpu_hours), hybrid_fit,
+                         f"the hybrid's {hybrid_fit.gpus:g} owned GPUs")
+    else:
+        hybrid = hybrid_option(w, book)
+    if site is not None:
+        fit = site_fit(book, w.gpu, w.gpus, site)
+        if not fit.feasible:
+            onprem = refused(onprem, fit, f"{w.gpus:g} GPUs")
+    raw = [onprem, owned_option(w, book, "colo"), reference,
            commitment_option(w, book, "cloud-1y"), commitment_option(w, book, "cloud-3y"),
-           hybrid_option(w, book)]
+           hybrid]
     return [replace(o, breakeven_month=breakeven_month(o, reference)) for o in raw]
 
 
@@ -181,16 +222,73 @@ def sensitivity(w: Workload, book: PriceBook) -> list[SensitivityRow]:
     return sorted(rows, key=lambda r: (-r.effect, r.input))
 
 
-def plan(w: Workload, book: PriceBook) -> dict[str, Any]:
-    """The planner's whole answer as JSON-able data, inputs echoed for recomputation by hand."""
-    opts = options(w, book)
-    by_name = {o.name: o for o in opts}
-    thresholds = {site: owning_threshold(w, by_name[site].total_usd or 0.0, book)
-                  for site in ("on-prem", "colo")}
+def staffing(gpus: float, book: PriceBook) -> dict[str, Any]:
+    """Engineers an owned cluster of ``gpus`` needs, by the price book and by the seed's
+    rule ("Budget for 0.5 FTE of infrastructure engineering per 32 GPUs. Minimum."):
+    ``fte = max(min_fte, gpus / gpus_per_fte)``, ``fte_by_seed_rule = 0.5 x gpus / 32``."""
+    o = book.owned
+    fte = staff_fte(gpus, o.gpus_per_fte.value, o.min_fte.value)
+    seed = 0.5 * gpus / 32.0
+    return {"gpus": gpus, "fte": fte, "fte_by_seed_rule": seed,
+            "gpus_per_fte": o.gpus_per_fte.value, "min_fte": o.min_fte.value,
+            "usd_per_fte_year": o.staff_usd_per_fte_year.value,
+            "usd_per_month": owned_staff_usd_per_month(book, gpus),
+            "usd_per_month_by_seed_rule": seed * o.staff_usd_per_fte_year.value / 12.0,
+            "source": o.gpus_per_fte.source}
+
+
+def plan_facts(w: Workload, book: PriceBook, opts: list[PlanOption]) -> PlanFacts:
+    """The figures the rules of thumb are judged on. On-prem and colo are priced again
+    here, as if the site could host them (a site refusal is not economics); the cheapest
+    way to rent comes from ``opts``. The 12-month threshold is ``owning_threshold`` of
+    the same workload cut to 12 months (a trace's profile dropped: the threshold does
+    not depend on the utilization)."""
+    reference = next(o for o in opts if o.name == "cloud-on-demand")
+    onprem = owned_option(w, book, "on-prem")
+    onprem = replace(onprem, breakeven_month=breakeven_month(onprem, reference))
+    owned = min((onprem, owned_option(w, book, "colo")), key=lambda o: o.total_usd or 0.0)
+    rent = min((o for o in opts if o.name.startswith("cloud-") and o.total_usd is not None),
+               key=lambda o: o.total_usd or 0.0)
+    w12 = Workload(w.gpus, w.gpu, w.utilization, 12, w.cloud, w.egress_gb_per_month)
+    own12 = owned_option(w12, book, "on-prem")
+    assert own12.total_usd is not None and owned.total_usd is not None
+    rates = owned_rates(book, w.gpu, "on-prem")
+    return PlanFacts(
+        gpus=w.gpus, utilization=w.utilization, months=w.months,
+        capex_per_gpu_usd=rates.capex_per_gpu_usd,
+        running_usd_per_gpu_month=rates.opex_per_gpu_month_usd,
+        staff_usd_per_month=owned_staff_usd_per_month(book, w.gpus),
+        fte=staffing(w.gpus, book)["fte"],
+        on_demand_usd_per_gpu_hour=book.offers(w.gpu, w.cloud).on_demand_usd_per_gpu_hour.value,
+        owned_name=owned.name, owned_total_usd=owned.total_usd,
+        rent_name=rent.name, rent_total_usd=rent.total_usd or 0.0,
+        useful_gpu_hours=w.useful_gpu_hours,
+        threshold_12m=owning_threshold(w12, own12.total_usd, book),
+        threshold_12m_without_resale=owning_threshold(w12, own12.total_usd + own12.resale_usd,
+                                                      book),
+        resale_share_12m=book_value_fraction(12.0, rates.life_months, rates.residual_fraction),
+        breakeven_month=onprem.breakeven_month)
+
+
+def plan(w: Workload, book: PriceBook, site: SiteSpec | None = None) -> dict[str, Any]:
+    """The planner's whole answer as JSON-able data, inputs echoed for recomputation by hand.
+
+    The owning-beats-renting thresholds, the sensitivity table and the rules of thumb are
+    the economics of owning, whether or not ``site`` can host it; a refused option says so
+    in the table and in ``site``."""
+    opts = options(w, book, site)
+    thresholds = {name: owning_threshold(w, owned_option(w, book, name).total_usd or 0.0, book)
+                  for name in ("on-prem", "colo")}
     used = {path: fig for path, fig in figure_sources(book).items()
             if path.startswith(("owned.", "hybrid.", f"clouds.{w.cloud}.",
                                 f"gpus.{w.gpu}.server_capex", f"gpus.{w.gpu}.offers.{w.cloud}."))}
+    if site is not None:
+        used.update(site_figures(book))
     cheapest = min((o for o in opts if o.total_usd is not None), key=lambda o: o.total_usd or 0.0)
+    extra: dict[str, Any] = {}
+    if site is not None:
+        extra["site"] = site_fit(book, w.gpu, w.gpus, site).to_json()
+        extra["site"]["hybrid"] = hybrid_site_fit(w, book, site).to_json()
     return {
         "inputs": {"workload": {"gpus": w.gpus, "gpu": w.gpu, "utilization": w.utilization,
                                 "months": w.months, "cloud": w.cloud,
@@ -206,4 +304,7 @@ def plan(w: Workload, book: PriceBook) -> dict[str, Any]:
             thresholds["on-prem"] if thresholds["on-prem"] <= 1.0 else None,
         "owning_beats_renting_above_utilization_unclamped": thresholds,
         "sensitivity": [r.to_json() for r in sensitivity(w, book)],
+        "staffing": staffing(w.gpus, book),
+        "rules_of_thumb": [r.to_json() for r in rules_of_thumb(plan_facts(w, book, opts))],
+        **extra,
     }

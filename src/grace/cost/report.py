@@ -17,7 +17,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grace.sim.report_page import page, plots, write_page
+from grace.sim.report_page import page, plots, table, write_page
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -104,7 +104,7 @@ def plan_figure(result: dict[str, Any]) -> go.Figure:
         at = [r[f"owning_beats_renting_above_utilization_at_{end}"] for r in rows]
         fig.add_trace(go.Bar(y=names, x=[u - base for u in at], base=base, orientation="h",
                              customdata=list(zip(paths, at, strict=True)),
-                             name=f"input at {end}", marker_color=colour,
+                             name=f"input at {end}", marker_color=colour, legend="legend2",
                              hovertemplate=f"%{{customdata[0]}} at its {end}: owning beats "
                                            "renting above %{customdata[1]:.1%}<extra></extra>"),
                       2, 1)
@@ -113,8 +113,46 @@ def plan_figure(result: dict[str, Any]) -> go.Figure:
     fig.update_xaxes(title_text="utilization", tickformat=".0%", row=2, col=1)
     fig.update_yaxes(automargin=True, row=2, col=1)
     fig.update_layout(height=560 + 28 * len(rows), barmode="overlay",
-                      margin={"l": label_margin_px(names), "r": 40, "t": 60, "b": 50})
+                      margin={"l": label_margin_px(names), "r": 40, "t": 60, "b": 50},
+                      # each row its own legend, beside it: options by the cash plot,
+                      # the input's low/high by the tornado
+                      legend={"y": 1.0, "yanchor": "top", "tracegroupgap": 2},
+                      legend2={"y": fig.layout.yaxis2.domain[1], "yanchor": "top"})
     return fig
+
+
+def _site_section(site: dict[str, Any]) -> str:
+    """The site check for on-prem (and the hybrid's owned part), inputs beside results."""
+    def row(what: str, s: dict[str, Any]) -> list[str]:
+        return [what, "yes" if s["feasible"] else "no", f"{s['gpus']:g}",
+                f"{s['draw_kw']:.1f} ({s['draw_kw_low']:.1f}-{s['draw_kw_high']:.1f})",
+                f"{s['nodes_needed']}", f"{s['nodes_powered']}", f"{s['nodes_in_boxes']}",
+                f"{s['racks']} x {s['nodes_per_rack']}", f"{s['rack_weight_kg']:,.0f}",
+                f"{s['floor_load_kg_per_m2']:,.0f}", s["reason"]]
+    rows = [row("on-prem", site)]
+    if "hybrid" in site:
+        rows.append(row("hybrid (owned part)", site["hybrid"]))
+    given = (f"The site feeds {site['site_kw']:g} kW, cools {site['cooling_kw']:g} kW, "
+             f"racks of {site['rack_kw']:g} kW and {site['rack_units']:g}U, a floor rated "
+             f"{site['floor_kg_per_m2']:,.0f} kg/m2; a node draws {site['node_kw']:.2f} kW "
+             f"({site['node_gpus']} x {site['board_watts']:g} W x "
+             f"{site['node_power_overhead']:g}) and weighs {site['node_weight_kg']:g} kg.")
+    return (f"<h2>Site</h2><p>{html.escape(given)}</p>" + table(
+        ["owned GPUs", "fits", "GPUs", "draw kW (range)", "nodes", "powered", "in boxes",
+         "racks x nodes", "fullest rack kg", "floor kg/m2", "reason"], rows))
+
+
+def _staffing_and_rules(result: dict[str, Any]) -> str:
+    st = result["staffing"]
+    staff = (f"{st['fte']:.2f} FTE for {st['gpus']:g} GPUs (1 per {st['gpus_per_fte']:g} GPUs, "
+             f"at least {st['min_fte']:g}) = {_money(st['usd_per_month'])} a month; the seed's "
+             f"0.5 FTE per 32 GPUs gives {st['fte_by_seed_rule']:.2f} FTE. Source: "
+             f"{st['source']}")
+    mark = {True: "agrees", False: "differs", None: "no call"}
+    rules = [[r["rule"], r["says"], r["plan_says"], mark[r["agrees"]], r["why"]]
+             for r in result["rules_of_thumb"]]
+    return (f"<h2>Staffing</h2><p>{html.escape(staff)}</p><h2>Rules of thumb</h2>"
+            + table(["rule (the seeds)", "it says", "this plan says", "", "why"], rules))
 
 
 def write_plan_html(result: dict[str, Any], path: Path) -> None:
@@ -128,5 +166,8 @@ def write_plan_html(result: dict[str, Any], path: Path) -> None:
               f"Owning never beats renting on demand here (it would need {100 * base:.0f}%).")
     body = (f"<p class='lead'><b>{html.escape(answer)}</b> Useful GPU-hours: "
             f"{w['useful_gpu_hours']:,.0f}.</p>{_options_table(result)}"
-            f"{plots([plan_figure(result)])}<h2>Inputs</h2>{_inputs_table(result)}")
+            f"{plots([plan_figure(result)])}"
+            f"{_site_section(result['site']) if 'site' in result else ''}"
+            f"{_staffing_and_rules(result) if 'staffing' in result else ''}"
+            f"<h2>Inputs</h2>{_inputs_table(result)}")
     write_page(path, page(title, body))
