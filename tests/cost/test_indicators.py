@@ -17,6 +17,7 @@ from grace.cost.indicators import (
     CAPACITY_ERROR_RATE,
     CAPACITY_WAIT_S,
     LONG_MULTINODE_DAY_SHARE,
+    PREDICTABILITY_CV,
     PREDICTABILITY_MIN_GROUP,
     SCALING_EFFICIENCY_FLOOR,
     Indicator,
@@ -198,12 +199,19 @@ def test_predictability_flips_on_run_time_spread() -> None:
     assert predictability(history(failed)).met is False
 
 
-def test_predictability_groups_unnamed_jobs_by_tenant_gpus_and_class() -> None:
+def test_predictability_of_unnamed_jobs_is_unknown_with_their_spread_for_reference() -> None:
+    """Without names nothing says two jobs are the same work: the spread of tenant x GPUs x
+    class groups is shown, but it decides nothing (a named group does)."""
     n = int(PREDICTABILITY_MIN_GROUP.value)
     jobs = [job(i, gpus=4, run_h=h, tenant="vc1", limit_s=2 * DAY_S)
             for i, h in enumerate([2, 9, 20, 5, 30][:n])]
     r = predictability(history(jobs))
-    assert r.met is True and r.figures["groups_by_name"] == 0
+    assert r.met is None and r.figures["groups_by_name"] == 0
+    assert r.figures["weighted_cv"] > PREDICTABILITY_CV.value and "no job names" in r.evidence
+    steady = [job(100 + i, gpus=8, run_h=10, name="nightly") for i in range(n)]
+    r = predictability(history([*jobs, *steady]))
+    assert r.met is False and r.figures["groups_by_name"] == 1
+    assert "1 unnamed group(s) left out" in r.evidence
 
 
 def test_predictability_unknown_without_groups() -> None:

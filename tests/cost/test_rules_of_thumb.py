@@ -144,5 +144,6 @@ def test_every_rule_has_its_fields_and_a_source() -> None:
     rules = [r.to_json() for r in rules_of_thumb(facts(Workload(64, "H100-SXM", 0.7, 36)))]
     assert len(rules) == 4
     for r in rules:
-        assert set(r) == {"rule", "source", "says", "plan_says", "agrees", "why"}
+        assert set(r) == {"rule", "source", "says", "plan_says", "agrees", "why", "reason"}
+        assert r["why"].endswith(r["reason"])
         assert r["source"].startswith("the seeds") and r["why"]

@@ -209,13 +209,14 @@ def classes_table(result: dict[str, Any], width: int | None = None) -> Renderabl
         label = str(c["class"]) + (f"\n{runtime}" if runtime and runtime != "any" else "")
         rows.append([label, f"{c['jobs']:,}", f"{c['gpu_hours']:,.0f}",
                      f"{100 * c['share']:.0f}%", str(c["runs_on"]),
-                     _usd(per_month.get(c["runs_on"])), str(c.get("why", ""))])
+                     _usd(per_month.get(c["runs_on"])), str(c.get("why_short") or c.get("why", ""))])
     return fit_table(
         [Column("class"), Column("jobs", justify="right"), Column("GPU-h", justify="right"),
          Column("share", justify="right"), Column("runs on"),
          Column("$/month", justify="right"), Column("why", Fit.WRAP, min_width=16)],
         rows, width or console.width, title="Where each workload class should run",
-        caption="$/month: the class's monthly cost where it runs (every option's in the JSON)")
+        caption="$/month: the class's monthly cost where it runs; every option's cost and "
+                "the whole reason are in the JSON (why) and the HTML report")
 
 
 def verdict_line(result: dict[str, Any]) -> str:

@@ -174,11 +174,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"staffing: {st['fte']:.2f} FTE for {st['gpus']:g} GPUs (1 per {st['gpus_per_fte']:g} "
         f"GPUs, at least {st['min_fte']:g}) = {_usd(st['usd_per_month'])}/month; the seed's "
         f"0.5 per 32 GPUs: {st['fte_by_seed_rule']:.2f} FTE")
-    lines.append("rules of thumb (the seeds) against this plan:")
+    lines.append("rules of thumb (the seeds) against this plan, whose figures are: "
+                 f"{result['rules_of_thumb_basis']}")
     for r in result["rules_of_thumb"]:
         mark = {True: "agrees", False: "DIFFERS", None: "no call"}[r["agrees"]]
         lines.append(f"- [{mark}] {r['rule']}. Seed: {r['says']}. Plan: {r['plan_says']}. "
-                     f"Why: {r['why']}.")
+                     f"Why: {r['reason']}.")
     return lines
 
 

@@ -134,29 +134,35 @@ def rates(book: PriceBook, gpu: str, cloud: str, fleet_gpus: float,
 
 
 def _allowed(wclass: WorkloadClass | None, long_jobs: bool, own: bool,
-             spec: BurstingSpec) -> tuple[list[RunOn], list[str]]:
-    """Options the default routes allow for a row, and why the others are out."""
-    out: list[str] = []
+             spec: BurstingSpec) -> tuple[list[RunOn], list[tuple[str, str]]]:
+    """Options the default routes allow for a row, and why the others are out: each reason
+    as (a few words for the 80-column table, the sentence for the JSON and the report)."""
+    out: list[tuple[str, str]] = []
     if wclass is None:  # a bill line: no class, no run length
         offers = [OfferKind.ON_DEMAND, OfferKind.RESERVED_1Y, OfferKind.RESERVED_3Y]
-        out.append("spot is out: a bill line says nothing about run lengths, so nothing shows "
-                   "its work would survive preemption")
+        out.append(("no spot: run lengths unknown",
+                    "spot is out: a bill line says nothing about run lengths, so nothing shows "
+                    "its work would survive preemption"))
     else:
         offers = list(spec.routes[wclass].offers)
         if OfferKind.SPOT not in offers:
-            out.append(f"spot is out: the default route for {wclass} never uses spot")
+            out.append((f"no spot: {wclass} route",
+                        f"spot is out: the default route for {wclass} never uses spot"))
         elif long_jobs:
             offers.remove(OfferKind.SPOT)
-            out.append(f"spot is out: these jobs run over {spec.max_spot_runtime_s / 3600:g} h "
-                       "(bursting's max_spot_runtime_s)")
+            out.append((f"no spot: over {spec.max_spot_runtime_s / 3600:g} h",
+                        f"spot is out: these jobs run over {spec.max_spot_runtime_s / 3600:g} h "
+                        "(bursting's max_spot_runtime_s)"))
         if OfferKind.ON_DEMAND not in offers:
-            out.append(f"on-demand is out: the default route for {wclass} allows only "
-                       "reservations")
+            out.append(("no on-demand: reservations only",
+                        f"on-demand is out: the default route for {wclass} allows only "
+                        "reservations"))
     allowed = [r for r, k in _OFFER_OF.items() if k in offers]
     if own:
         allowed.insert(0, RunOn.OWNED)
     else:
-        out.append("owned is out: the verdict does not say own")
+        out.append(("no owned: verdict",
+                    "owned is out: the verdict does not say own"))
     return allowed, out
 
 
@@ -201,13 +207,18 @@ def _rows(history: History, spec: BurstingSpec) -> list[_Row]:
 
 
 def _why(row: _Row, best: RunOn, priced: dict[RunOn, float], allowed: list[RunOn],
-         excluded: Iterable[str]) -> str:
+         excluded: Iterable[tuple[str, str]]) -> tuple[str, str]:
+    """(a short reason for the table, the whole reason)."""
     others = sorted((priced[r], r) for r in allowed if r is not best)
     first = (f"{best} is the cheapest the default routes allow for "
              f"{row.label} ({row.runtime}) at ${priced[best]:.2f} per useful GPU-hour")
+    short = f"${priced[best]:.2f}/GPU-h"
     if others:
         first += f", against {others[0][1]} at ${others[0][0]:.2f}"
-    return "; ".join([first, *excluded]) + "."
+        short += f" < {others[0][1]} ${others[0][0]:.2f}"
+    excluded = list(excluded)
+    return ("; ".join([short, *(s for s, _ in excluded)]),
+            "; ".join([first, *(w for _, w in excluded)]) + ".")
 
 
 def placement_by_class(history: History, book: PriceBook, gpu: str, cloud: str,
@@ -226,6 +237,7 @@ def placement_by_class(history: History, book: PriceBook, gpu: str, cloud: str,
         per_month = row.gpu_hours / months
         priced = {k: v for k, v in r.usd_per_useful_gpu_hour.items()}
         best = min(allowed, key=lambda a: priced[a])
+        short, why = _why(row, best, priced, allowed, excluded)
         out.append({
             "class": row.label, "runtime": row.runtime, "jobs": row.jobs,
             "gpu_hours": row.gpu_hours, "share": row.gpu_hours / total if total > 0 else 0.0,
@@ -237,7 +249,8 @@ def placement_by_class(history: History, book: PriceBook, gpu: str, cloud: str,
             "usd_per_month": {str(k): per_month * v for k, v in priced.items()},
             "allowed": [str(a) for a in allowed],
             "runs_on": str(best),
-            "why": _why(row, best, priced, allowed, excluded),
+            "why": why,
+            "why_short": short,
         })
     return out, r
 

@@ -364,7 +364,10 @@ def predictability(history: History) -> IndicatorResult:
     cannot be planned on. Classes here are declared ones only (recorded, or the name/limit
     rule): a class from the run time would group jobs by the very thing measured.
     Met when the GPU-hour-weighted mean CV of groups of at least
-    ``PREDICTABILITY_MIN_GROUP`` is at or above ``PREDICTABILITY_CV``.
+    ``PREDICTABILITY_MIN_GROUP`` is at or above ``PREDICTABILITY_CV``. Only groups that
+    share a job name decide it: a group of unnamed jobs (same tenant, GPUs and class)
+    mixes different work, so its spread is shown for reference and the indicator stays
+    unknown when no named group exists (Philly: every job is unnamed).
     """
     name = Indicator.PREDICTABILITY
     min_group = int(PREDICTABILITY_MIN_GROUP.value)
@@ -381,23 +384,29 @@ def predictability(history: History) -> IndicatorResult:
                 "count and class")
         return IndicatorResult(name, None, f"unknown: {what}; load a job log with job names "
                                "(sacct JobName, a csv name column)", threshold)
+    named = {k: v for k, v in kept.items() if k[0] == "name"}
+    deciding = named or kept
     cvs, weights = [], []
-    for jobs in kept.values():
+    for jobs in deciding.values():
         runs = [j.run_s for j in jobs]
         cvs.append(statistics.pstdev(runs) / statistics.fmean(runs))
         weights.append(sum(j.gpu_hours for j in jobs))
     weighted = float(np.average(cvs, weights=weights)) if sum(weights) > 0 else float(
         statistics.fmean(cvs))
-    by_name = sum(1 for k in kept if k[0] == "name")
-    figures = {"groups": len(kept), "groups_by_name": by_name,
-               "jobs_in_groups": sum(len(v) for v in kept.values()),
+    figures = {"groups": len(kept), "groups_by_name": len(named),
+               "jobs_in_groups": sum(len(v) for v in deciding.values()),
                "weighted_cv": weighted, "median_cv": statistics.median(cvs)}
-    caveat = ("" if by_name == len(kept) else
-              f"; {len(kept) - by_name} group(s) without job names are tenant x GPUs x class, "
-              "which mixes different jobs and can overstate the spread")
-    evidence = (f"{len(kept):,} groups of comparable jobs ({by_name} by name), "
-                f"{figures['jobs_in_groups']:,} finished jobs: run-time CV {weighted:.2f} "
-                f"GPU-hour weighted, median {figures['median_cv']:.2f}{caveat}")
+    spread = (f"{figures['jobs_in_groups']:,} finished jobs: run-time CV {weighted:.2f} "
+              f"GPU-hour weighted, median {figures['median_cv']:.2f}")
+    if not named:
+        return IndicatorResult(
+            name, None, f"unknown: no job names, so no comparable jobs; {len(kept):,} groups "
+            f"by tenant x GPUs x class (different work mixed) show {spread}, for reference "
+            "only; load a job log with job names (sacct JobName, a csv name column)",
+            threshold, figures)
+    unnamed = len(kept) - len(named)
+    left_out = f"; {unnamed} unnamed group(s) left out" if unnamed else ""
+    evidence = f"{len(named):,} groups of jobs sharing a name and GPU count, {spread}{left_out}"
     return IndicatorResult(name, weighted >= PREDICTABILITY_CV.value, evidence, threshold,
                            figures)
 

@@ -32,7 +32,7 @@ from typing import Any
 from grace.cost.hybrid import hybrid_option
 from grace.cost.hybrid_twin import owned_gpus_for
 from grace.cost.pricebook import PriceBook, figure_sources, with_value
-from grace.cost.rules_of_thumb import PlanFacts, rules_of_thumb
+from grace.cost.rules_of_thumb import PlanFacts, cost_basis, rules_of_thumb
 from grace.cost.site import SiteFit, SiteSpec, site_figures, site_fit
 from grace.cost.tco import (
     HOURS_PER_MONTH,
@@ -285,6 +285,7 @@ def plan(w: Workload, book: PriceBook, site: SiteSpec | None = None) -> dict[str
     if site is not None:
         used.update(site_figures(book))
     cheapest = min((o for o in opts if o.total_usd is not None), key=lambda o: o.total_usd or 0.0)
+    facts = plan_facts(w, book, opts)
     extra: dict[str, Any] = {}
     if site is not None:
         extra["site"] = site_fit(book, w.gpu, w.gpus, site).to_json()
@@ -305,6 +306,7 @@ def plan(w: Workload, book: PriceBook, site: SiteSpec | None = None) -> dict[str
         "owning_beats_renting_above_utilization_unclamped": thresholds,
         "sensitivity": [r.to_json() for r in sensitivity(w, book)],
         "staffing": staffing(w.gpus, book),
-        "rules_of_thumb": [r.to_json() for r in rules_of_thumb(plan_facts(w, book, opts))],
+        "rules_of_thumb": [r.to_json() for r in rules_of_thumb(facts)],
+        "rules_of_thumb_basis": cost_basis(facts),
         **extra,
     }

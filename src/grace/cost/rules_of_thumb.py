@@ -74,7 +74,8 @@ class RuleCheck:
     says: str
     plan_says: str
     agrees: bool | None
-    why: str
+    why: str  # the whole reason: the plan's cost figures, then ``reason``
+    reason: str  # what this rule turns on, beyond the cost figures every rule shares
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +86,11 @@ def _verdict(f: PlanFacts) -> str:
     return (f"{'own' if f.owning_wins else 'rent'}: {f.owned_name} "
             f"${f.owned_total_usd / per:.2f} per useful GPU-hour against {f.rent_name} "
             f"${f.rent_total_usd / per:.2f}")
+
+
+def cost_basis(f: PlanFacts) -> str:
+    """The plan's figures every rule's reason rests on (printed once above the rules)."""
+    return _cost_figures(f)
 
 
 def _cost_figures(f: PlanFacts) -> str:
@@ -99,8 +105,9 @@ def _own_or_rent(rule: str, source: str, says_own: bool | None, says: str,
                  f: PlanFacts) -> RuleCheck:
     agrees = None if says_own is None else says_own == f.owning_wins
     staff_share = f.staff_usd_per_month * f.months / f.owned_total_usd if f.owned_total_usd else 0.0
-    why = (f"{_cost_figures(f)}; staff is {100 * staff_share:.0f}% of {f.owned_name}'s cost")
-    return RuleCheck(rule, source, says, _verdict(f), agrees, why)
+    reason = f"staff is {100 * staff_share:.0f}% of {f.owned_name}'s cost"
+    return RuleCheck(rule, source, says, _verdict(f), agrees, f"{_cost_figures(f)}; {reason}",
+                     reason)
 
 
 def size_rule(f: PlanFacts) -> RuleCheck:
@@ -133,13 +140,13 @@ def utilization_rule(f: PlanFacts) -> RuleCheck:
     plan_says = (f"owning beats on-demand above {100 * t:.1f}% over 12 months" if t <= 1.0
                  else f"owning never beats on-demand over 12 months (it would need "
                       f"{100 * t:.0f}%)")
-    why = (f"{_cost_figures(f)}; after 12 months the hardware sells for "
-           f"{100 * f.resale_share_12m:.0f}% of capex (book value): without that credit the "
-           f"threshold would be {100 * f.threshold_12m_without_resale:.1f}%")
+    reason = (f"after 12 months the hardware sells for "
+              f"{100 * f.resale_share_12m:.0f}% of capex (book value): without that credit the "
+              f"threshold would be {100 * f.threshold_12m_without_resale:.1f}%")
     return RuleCheck("breakeven typically around 60-70% utilization over a 12-month period",
                      f"{SEED}: utilization", f"owning beats renting above {100 * lo:.0f}-"
                      f"{100 * hi:.0f}% utilization over 12 months", plan_says,
-                     lo <= t <= hi, why)
+                     lo <= t <= hi, f"{_cost_figures(f)}; {reason}", reason)
 
 
 def breakeven_rule(f: PlanFacts) -> RuleCheck:
@@ -149,12 +156,13 @@ def breakeven_rule(f: PlanFacts) -> RuleCheck:
                  f"on-prem does not break even within {f.months} months")
     rent_month = f.on_demand_usd_per_gpu_hour * f.utilization * 730.0
     margin = rent_month - f.running_usd_per_gpu_month - f.staff_usd_per_month / f.gpus
-    why = (f"{_cost_figures(f)}: renting a GPU's useful hours costs ${rent_month:,.0f} a month, "
-           f"owning it ${rent_month - margin:,.0f} after the purchase, so capex is paid back "
-           + (f"after {f.capex_per_gpu_usd / margin:.1f} months" if margin > 0 else "never"))
+    reason = (f"renting a GPU's useful hours costs ${rent_month:,.0f} a month, "
+              f"owning it ${rent_month - margin:,.0f} after the purchase, so capex is paid back "
+              + (f"after {f.capex_per_gpu_usd / margin:.1f} months" if margin > 0 else "never"))
     return RuleCheck("breakeven in 9-14 months depending on the GPU generation",
                      f"{SEED}: breakeven month", f"owning breaks even in month {lo}-{hi}",
-                     plan_says, be is not None and lo <= be <= hi, why)
+                     plan_says, be is not None and lo <= be <= hi,
+                     f"{_cost_figures(f)}: {reason}", reason)
 
 
 def rules_of_thumb(f: PlanFacts) -> list[RuleCheck]:
