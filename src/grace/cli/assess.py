@@ -16,7 +16,7 @@ import typer
 from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
-from grace.cli.json_out import to_stdout, write_json
+from grace.cli.json_out import check_html_out, check_json_out, to_stdout, write_json
 
 if TYPE_CHECKING:
     from grace.cost.history import History
@@ -84,8 +84,10 @@ def assess(
         help=f"the most sensitive data training touches: {', '.join(CLASSIFICATIONS)}"),
     prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
     json_out: Path | None = typer.Option(
-        None, "--json", help="write the assessment as JSON here (- : to stdout, no tables)"),
-    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
+        None, "--json", callback=check_json_out,
+        help="write the assessment as JSON here (- : to stdout, no tables)"),
+    html_out: Path | None = typer.Option(
+        None, "--html", callback=check_html_out, help="write an HTML report here"),
 ) -> None:
     """Judge a team's history against the six signs that owning GPUs pays, with the dollars."""
     try:

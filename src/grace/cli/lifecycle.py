@@ -10,7 +10,7 @@ import typer
 from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
-from grace.cli.json_out import to_stdout
+from grace.cli.json_out import check_html_out, check_json_out, to_stdout
 from grace.spec.errors import SpecError
 
 console = Console()
@@ -102,9 +102,10 @@ def lifecycle(
     preserve_cash: bool = typer.Option(False, "--preserve-cash",
                                        help="lease rather than buy: cash preservation matters"),
     prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
-    json_out: Path | None = typer.Option(None, "--json",
+    json_out: Path | None = typer.Option(None, "--json", callback=check_json_out,
                                          help="write the plan as JSON here (- : stdout)"),
-    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
+    html_out: Path | None = typer.Option(
+        None, "--html", callback=check_html_out, help="write an HTML report here"),
 ) -> None:
     """A month-by-month capacity plan: demand against owned GPUs, orders, buy/lease/cloud,
     retirements and the cash curve."""

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
-from grace.cli.json_out import to_stdout
+from grace.cli.json_out import check_html_out, check_json_out, to_stdout
 from grace.spec.errors import SpecError
 
 if TYPE_CHECKING:
@@ -61,8 +61,10 @@ def plan(
     egress_gb: float = typer.Option(0.0, "--egress-gb-per-month", min=0.0,
                                     help="data moved out of the cloud each month, GB"),
     json_out: Path | None = typer.Option(
-        None, "--json", help="write the plan as JSON here (- : to stdout, without the tables)"),
-    html_out: Path | None = typer.Option(None, "--html", help="write an HTML report here"),
+        None, "--json", callback=check_json_out,
+        help="write the plan as JSON here (- : to stdout, without the tables)"),
+    html_out: Path | None = typer.Option(
+        None, "--html", callback=check_html_out, help="write an HTML report here"),
     site_kw: float | None = typer.Option(
         None, "--site-kw", min=0.001,
         help="IT power the site can feed, kW: on-prem (and the hybrid's owned part) is "
