@@ -99,3 +99,44 @@ def test_assess_reads_the_store_end_to_end(store_file: Path) -> None:
     assert data["inputs"]["history"]["jobs"] == 2
     governance = next(i for i in data["indicators"] if i["name"] == "data-governance")
     assert governance["met"] is True  # the sensitive job alone meets it
+
+
+def _fingerprint(path: Path) -> tuple[bytes, int, int]:
+    st = path.stat()
+    return path.read_bytes(), st.st_mode, st.st_mtime_ns
+
+
+def test_reading_changes_no_file_it_is_pointed_at(store_file: Path, tmp_path: Path) -> None:
+    """Assessing must not write: not an empty file, a CSV given the wrong --format, a
+    foreign SQLite database, nor the store itself (its mode, journal and bytes stay)."""
+    import sqlite3
+
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("a,b\n1,2\n")
+    foreign = tmp_path / "other.sqlite"
+    with sqlite3.connect(foreign) as c:
+        c.execute("create table x (a)")
+    for p in (empty, csv, foreign):
+        p.chmod(0o644)
+    store_file.chmod(0o640)
+    before = {p: _fingerprint(p) for p in (empty, csv, foreign, store_file)}
+    messages = {}
+    for p in (empty, csv, foreign):
+        with pytest.raises(ValueError) as e:
+            load_store(str(p))
+        messages[p] = str(e.value)
+    assert "not a SQLite database" in messages[empty] and "not a SQLite database" in messages[csv]
+    assert "not a Grace store (no jobs, nodes table)" in messages[foreign]
+    assert "migrate" not in " ".join(messages.values())  # never migrate someone's database
+    assert len(load_store(str(store_file), now=20_000.0).jobs) == 2
+    assert {p: _fingerprint(p) for p in before} == before
+    assert not (tmp_path / "other.sqlite-wal").exists()
+
+
+def test_unreachable_or_unsupported_databases_say_so(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unsupported database URL"):
+        load_store("mysql://x/y")
+    with pytest.raises(ValueError, match="cannot open the database"):
+        load_store("postgresql://nobody@127.0.0.1:1/nodb")

@@ -46,30 +46,83 @@ def store_url(location: str) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def load_store(location: str, now: float | None = None) -> History:
-    """Read every job of the store at ``location`` (see the module docstring)."""
-    from sqlalchemy import select
-    from sqlalchemy.exc import SQLAlchemyError
-    from sqlalchemy.orm import selectinload
+#: The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html).
+SQLITE_HEADER = b"SQLite format 3\x00"
 
-    from grace.control.store.db import Store, make_engine
+
+def _read_only_engine(url: str, location: str) -> Any:
+    """An engine that cannot change what it reads. Not ``Store``/``make_engine``: those
+    create a missing file, tighten its mode and switch it to WAL, right for the control
+    plane and wrong for a look at someone's database. SQLite opens with ``mode=ro``
+    (a live store in WAL mode still reads); PostgreSQL sessions are read-only."""
+    import sqlite3
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from grace.control.store.db import normalize_url
+
+    try:
+        parsed = make_url(normalize_url(url))
+    except ArgumentError:
+        raise ValueError(f"--history {location}: not a database URL; give sqlite:///PATH, "
+                         "postgresql://... or the store's SQLite file") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        path = Path(parsed.database or "")
+        with open(path, "rb") as f:
+            if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                raise ValueError(f"--history {location} is not a SQLite database, so not a "
+                                 "Grace store; give <state dir>/grace.sqlite, or pick the "
+                                 "--format the file is in")
+        uri = f"{path.resolve().as_uri().replace('file://', 'file:', 1)}?mode=ro"
+        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True))
+    if backend != "postgresql":
+        raise ValueError(f"--history {location}: unsupported database URL ({backend}); "
+                         "use sqlite:///PATH or postgresql://...")
+    try:
+        return create_engine(parsed, execution_options={"postgresql_readonly": True})
+    except (NoSuchModuleError, ImportError) as e:
+        raise ValueError(f"--history {location}: cannot load the PostgreSQL driver ({e})") \
+            from None
+
+
+def load_store(location: str, now: float | None = None) -> History:
+    """Read every job of the store at ``location`` (see the module docstring), changing
+    nothing in it: not its contents, its journal mode or its file's permissions."""
+    from sqlalchemy import inspect, select
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
+    from sqlalchemy.orm import Session, selectinload
+
     from grace.control.store.models import Job, Node
 
     url = store_url(location)
     at = time.time() if now is None else now
-    store = Store(make_engine(url))
+    engine = _read_only_engine(url, location)
     try:
-        with store.read() as s:
+        try:
+            tables = set(inspect(engine).get_table_names())
+        except OperationalError as e:
+            raise ValueError(f"--history {location}: cannot open the database "
+                             f"({str(e.orig).strip() or type(e.orig).__name__}); check the URL, "
+                             "that the server is up and that you may read it") from None
+        missing = {Job.__tablename__, Node.__tablename__} - tables
+        if missing:
+            raise ValueError(f"--history {location} is not a Grace store (no "
+                             f"{', '.join(sorted(missing))} table); give <state dir>/"
+                             "grace.sqlite or the URL `grace up --db` uses")
+        with Session(engine) as s:
             models = {n.name: n.gpu_model for n in s.scalars(select(Node))}
             jobs = list(s.scalars(select(Job).order_by(Job.id)
                                   .options(selectinload(Job.attempts))))
             records = [_record(job, models, at) for job in jobs]
     except SQLAlchemyError as e:
-        raise ValueError(f"--history {location} is not a Grace store this version can read "
-                         f"({type(e).__name__}); point it at <state dir>/grace.sqlite, or "
-                         "run `grace up` once on it to migrate an older store") from None
+        raise ValueError(f"--history {location}: a Grace store this version cannot read "
+                         f"({type(e).__name__}); assess it with the Grace version that "
+                         "wrote it") from None
     finally:
-        store.close()
+        engine.dispose()
     history = History(source=location, format=HistoryFormat.GRACE, rows=len(records))
     kept = [r for r in records if isinstance(r, dict)]
     for r in records:
