@@ -231,3 +231,37 @@ def test_an_openb_sharing_pod_counts_as_its_fraction(tmp_path: Path) -> None:
     h = load_history(p, "openb")
     assert [(j.gpus, j.gpu_model) for j in h.jobs] == [(0.25, None), (2.0, "T4")]
     assert h.skipped == {"cpu_only": 1}
+
+
+def test_implausible_rows_are_skipped_and_mixed_units_refused(tmp_path: Path) -> None:
+    """A mistyped count or unit must not hang the indicators (a span of 50,000 years is
+    millions of daily buckets) or reach them as a figure: rows are skipped with the reason,
+    a history spanning decades is refused naming the likely cause."""
+    from grace.cost.history import load_history
+
+    roles = "submit=sub,duration=dur,gpus=g"
+    big = tmp_path / "big.csv"
+    big.write_text("sub,dur,g\n0,3600,8\n100,3600,1e12\n200,99999999999,8\n300,nan,8\n")
+    h = load_history(big, "csv", roles)
+    assert len(h.jobs) == 1
+    assert h.skipped.get("more than 100,000 GPUs") == 1
+    assert h.skipped.get("run time over 366 days (duration unit?)") == 1
+    for rows in ("0,3600,8\n1700000000000,3600,8\n", "0,3600,8\n-1e300,3600,8\n"):
+        mixed = tmp_path / "mixed.csv"
+        mixed.write_text("sub,dur,g\n" + rows)
+        with pytest.raises(ValueError, match="span more than 20 years: mixed units"):
+            load_history(mixed, "csv", roles)
+
+
+def test_bill_lines_refusing_more_than_requested_are_skipped(tmp_path: Path) -> None:
+    from grace.cost.history import load_history
+
+    bill = tmp_path / "bill.csv"
+    bill.write_text(
+        "usage_start,usage_end,instance_type,usage_hours,cost_usd,capacity_errors,launch_requests\n"
+        "2026-01-01,2026-01-08,p5.48xlarge,100,5504,1,5\n"
+        "2026-01-08,2026-01-15,p5.48xlarge,100,5504,9,5\n"
+        "2026-01-15,2026-01-22,p5.48xlarge,1e9,5504,0,5\n")
+    h = load_history(bill, "cloud-bill")
+    assert len(h.usage) == 1 and h.skipped.get("refusals exceed requests") == 1
+    assert h.skipped.get("more GPU-hours than 100,000 GPUs give in the period") == 1

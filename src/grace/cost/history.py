@@ -233,6 +233,60 @@ def load_history(path: Path | str, fmt: HistoryFormat | str, columns: str | None
 
         history = load_store(str(path))
     history.gpus_per_node = gpus_per_node
+    return plausible(history)
+
+
+#: A job that ran longer than this is a unit or parsing mistake (sacct's longest
+#: Timelimit is UNLIMITED, but a year-long run is not a training job anyone had).
+MAX_RUN_S = 366 * DAY_S
+#: More GPUs than any cluster on record gave one job: a mistyped count.
+MAX_JOB_GPUS = 100_000.0
+#: A history longer than this mixes units (epoch seconds with milliseconds) or dates.
+MAX_SPAN_S = 20 * 365 * DAY_S
+
+
+def _job_problem(j: HistoryJob) -> str | None:
+    numbers = (j.submit_s, j.run_s, j.gpus) + ((j.start_s,) if j.start_s is not None else ())
+    if not all(math.isfinite(v) for v in numbers):
+        return "a time or GPU count that is not a finite number"
+    if j.run_s > MAX_RUN_S:
+        return f"run time over {MAX_RUN_S / DAY_S:.0f} days (duration unit?)"
+    if j.gpus > MAX_JOB_GPUS:
+        return f"more than {MAX_JOB_GPUS:,.0f} GPUs"
+    if j.start_s is not None and j.start_s < j.submit_s:
+        return "start before submit"
+    return None
+
+
+def _line_problem(u: CloudUsage) -> str | None:
+    numbers = (u.start_s, u.end_s, u.gpu_hours, u.cost_usd)
+    if not all(math.isfinite(v) for v in numbers):
+        return "a time, GPU-hours or cost that is not a finite number"
+    if u.end_s <= u.start_s:
+        return "period ends before it starts"
+    if u.gpu_hours > MAX_JOB_GPUS * (u.end_s - u.start_s) / 3600.0:
+        return f"more GPU-hours than {MAX_JOB_GPUS:,.0f} GPUs give in the period"
+    if (u.capacity_errors is not None and u.launch_requests is not None
+            and u.capacity_errors > u.launch_requests):
+        return "refusals exceed requests"
+    return None
+
+
+def plausible(history: History) -> History:
+    """``history`` without the rows no real job or bill line could be (counted in
+    ``skipped`` by reason); a ValueError when what is left spans more than
+    ``MAX_SPAN_S``, which only mixed units or dates produce."""
+    def keep(problem: str | None) -> bool:
+        if problem is not None:
+            history.skipped[problem] = history.skipped.get(problem, 0) + 1
+        return problem is None
+
+    history.jobs = [j for j in history.jobs if keep(_job_problem(j))]
+    history.usage = [u for u in history.usage if keep(_line_problem(u))]
+    if history.span_s > MAX_SPAN_S:
+        raise ValueError(f"{history.source}: its times span more than "
+                         f"{MAX_SPAN_S / DAY_S / 365:.0f} years: mixed units (epoch seconds "
+                         "and milliseconds?) or dates; fix the submit column or --columns")
     return history
 
 
