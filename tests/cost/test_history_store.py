@@ -4,6 +4,7 @@ repository (as the API and the reconciler write it), read back as a history."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from grace.cost.history import HistoryFormat, load_history
 from grace.cost.history_store import load_store
 from grace.spec.job import JobSpec, WorkloadClass
 
+#: The fixture's clock: a recent date, so a job still running "now" has run for weeks, not
+#: since 1970 (which the plausibility filter would rightly skip).
+T0 = time.time() - 30 * 86400.0
 GANG = [{"node": "n1", "gpus": list(range(8))}, {"node": "n2", "gpus": list(range(8))}]
 ONE = [{"node": "n3", "gpus": [0]}]
 
@@ -38,31 +42,31 @@ def store_file(tmp_path: Path) -> Path:
             repo.upsert_node(s, "n3", 8, "A100-80GB")
             big = repo.add_job(s, _spec(name="pretrain", tenant="llm", nodes=2, gpus_per_node=8,
                                         workload_class="full-run", sensitive_data=True,
-                                        runtime_limit="2d"), 1000.0)
-            small = repo.add_job(s, _spec(name="probe", tenant="vision", gpus=1), 1500.0)
-            repo.add_job(s, _spec(name="waiting", tenant="vision", gpus=4), 1700.0)
+                                        runtime_limit="2d"), T0 + 1000.0)
+            small = repo.add_job(s, _spec(name="probe", tenant="vision", gpus=1), T0 + 1500.0)
+            repo.add_job(s, _spec(name="waiting", tenant="vision", gpus=4), T0 + 1700.0)
         with store.transaction() as s:
             job = repo.require_job(s, big.id)
-            a1 = repo.start_attempt(s, job, GANG, "local", "h-1", 1600.0)
-            repo.end_attempt(s, a1, AttemptState.FAILED, 5000.0, exit_code=1)
-            repo.set_job_state(s, job, JobState.PENDING, 5000.0, "restart")
+            a1 = repo.start_attempt(s, job, GANG, "local", "h-1", T0 + 1600.0)
+            repo.end_attempt(s, a1, AttemptState.FAILED, T0 + 5000.0, exit_code=1)
+            repo.set_job_state(s, job, JobState.PENDING, T0 + 5000.0, "restart")
         with store.transaction() as s:
             job = repo.require_job(s, big.id)
-            a2 = repo.start_attempt(s, job, GANG, "local", "h-2", 6000.0)
-            repo.end_attempt(s, a2, AttemptState.SUCCEEDED, 10_000.0, exit_code=0)
-            repo.set_job_state(s, job, JobState.COMPLETED, 10_000.0)
-            repo.start_attempt(s, repo.require_job(s, small.id), ONE, "local", "h-3", 2000.0)
+            a2 = repo.start_attempt(s, job, GANG, "local", "h-2", T0 + 6000.0)
+            repo.end_attempt(s, a2, AttemptState.SUCCEEDED, T0 + 10_000.0, exit_code=0)
+            repo.set_job_state(s, job, JobState.COMPLETED, T0 + 10_000.0)
+            repo.start_attempt(s, repo.require_job(s, small.id), ONE, "local", "h-3", T0 + 2000.0)
     finally:
         store.close()
     return path
 
 
 def test_the_store_gives_waits_gpu_time_nodes_and_sensitivity(store_file: Path) -> None:
-    h = load_store(str(store_file), now=3000.0)
+    h = load_store(str(store_file), now=T0 + 3000.0)
     assert h.format is HistoryFormat.GRACE and h.rows == 3
     assert h.skipped == {"never started": 1}
     big, small = h.jobs
-    assert h.origin_epoch_s == 1000.0 and big.submit_s == 0.0
+    assert h.origin_epoch_s == T0 + 1000.0 and big.submit_s == 0.0
     assert big.wait_s == 600.0  # first attempt's start - submission
     assert big.run_s == (5000 - 1600) + (10_000 - 6000)  # GPU-held time, not the gap
     assert (big.gpus, big.nodes, big.tenant, big.name) == (16.0, 2, "llm", "pretrain")
@@ -130,7 +134,7 @@ def test_reading_changes_no_file_it_is_pointed_at(store_file: Path, tmp_path: Pa
     assert "not a SQLite database" in messages[empty] and "not a SQLite database" in messages[csv]
     assert "not a Grace store (no jobs, nodes table)" in messages[foreign]
     assert "migrate" not in " ".join(messages.values())  # never migrate someone's database
-    assert len(load_store(str(store_file), now=20_000.0).jobs) == 2
+    assert len(load_store(str(store_file), now=T0 + 20_000.0).jobs) == 2
     assert {p: _fingerprint(p) for p in before} == before
     assert not (tmp_path / "other.sqlite-wal").exists()
 

@@ -52,7 +52,29 @@ def test_the_default_owned_is_the_busiest_month_in_whole_nodes(tmp_path: Path) -
     peak = max(p["history"]["monthly_gpu_hours"]) / (730 * 0.7)
     assert p["inputs"]["owned"] == [{"model": "H100-SXM", "count": math.ceil(peak / 8) * 8,
                                      "age_months": 0.0}]
-    assert p["inputs"]["owned_source"].startswith("default")
+    assert p["inputs"]["owned_source"].startswith("assumed")
+
+
+def test_a_cloud_bill_owns_nothing_unless_told_and_owned_groups_merge(tmp_path: Path) -> None:
+    """A team paying a cloud bill owns no GPUs: the plan must not invent a cluster for it.
+    The same group given twice (any case) is one group with both counts."""
+    from typer.testing import CliRunner
+
+    from grace.cli.main import app
+
+    bill = Path(__file__).resolve().parents[2] / "examples" / "cloud_bill.csv"
+    base = ["lifecycle", "--history", str(bill), "--format", "cloud-bill", "--months", "12",
+            "--json", "-"]
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)
+    assert p["inputs"]["owned"] == [] and p["inputs"]["owned_source"].startswith("a cloud bill")
+    r = CliRunner().invoke(app, [*base, "--owned", "h100-sxm:8:0", "--owned", "H100-SXM:8:0"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["inputs"]["owned"] == [
+        {"model": "H100-SXM", "count": 16, "age_months": 0.0}]
+    r = CliRunner().invoke(app, [*base, "--owned", "none", "--owned", "H100-SXM:8:0"])
+    assert r.exit_code == 2 and "cannot be combined" in r.output
 
 
 def test_preserve_cash_and_a_short_noisy_history_flip_the_choice(tmp_path: Path) -> None:
@@ -69,6 +91,9 @@ def test_preserve_cash_and_a_short_noisy_history_flip_the_choice(tmp_path: Path)
     ("--owned", "H100-SXM:0:1"), ("--owned", "L40S:8:1"), ("--months", "0"),
     ("--gpu", "L40S"), ("--site", "moon"), ("--cloud", "nowhere"),
     ("--cover-months", "0"), ("--format", "nope"), ("--history", "missing.csv"),
+    ("--growth", "nan"), ("--growth", "inf"), ("--growth", "1"), ("--months", "121"),
+    ("--target-utilization", "nan"), ("--target-utilization", "0.01"),
+    ("--json", "/proc/x.json"), ("--html", "/proc/x.html"), ("--json", "."),
 ])
 def test_a_bad_flag_exits_2_naming_it(tmp_path: Path, flag: str, value: str) -> None:
     hist = write_history_csv(tmp_path / "history.csv", 8, 0.05)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from grace.cli.main import app
@@ -60,3 +61,24 @@ def test_site_details_without_the_sites_power_are_refused() -> None:
     assert r.exit_code == 2 and "--site-kw" in r.output
     r = runner.invoke(app, [*SEED, "--site-kw", "0"])
     assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("args", [
+    ["--site-kw", "inf"], ["--site-kw", "nan"], ["--site-kw", "60", "--rack-kw", "inf"],
+    ["--site-kw", "60", "--floor-kg-per-m2", "nan"], ["--utilization", "nan"],
+    ["--gpus", "inf"], ["--gpus", "nan"], ["--json", "/proc/x.json"], ["--html", "/proc/x.html"],
+])
+def test_non_finite_numbers_and_unwritable_outputs_exit_2_naming_the_flag(
+        args: list[str]) -> None:
+    """nan passes every range check (each comparison with it is false) and inf passes a
+    minimum: both must be refused while parsing, not surface as a traceback or a figure."""
+    from typer.testing import CliRunner
+
+    from grace.cli.main import app
+
+    base = {"--gpus": "64", "--gpu": "H100-SXM", "--utilization": "0.7", "--months": "36"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    r = CliRunner().invoke(app, ["plan", *[x for kv in base.items() for x in kv]])
+    assert r.exit_code == 2, r.output
+    assert args[-2] in r.output and "Traceback" not in r.output

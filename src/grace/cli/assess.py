@@ -17,6 +17,7 @@ from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
 from grace.cli.json_out import check_html_out, check_json_out, to_stdout, write_json
+from grace.cli.numbers import whole_gpus
 
 if TYPE_CHECKING:
     from grace.cost.history import History
@@ -72,7 +73,7 @@ def assess(
     cloud: str = typer.Option("hyperscaler", "--cloud",
                               help="whose cloud offers to price renting with (clouds: key)"),
     gpus: float | None = typer.Option(
-        None, "--gpus", min=1, help="cluster size to judge against (default: sized from the "
+        None, "--gpus", callback=whole_gpus, help="cluster size to judge against (default: sized from the "
                                     "history's demand)"),
     gpus_per_node: int = typer.Option(
         8, "--gpus-per-node", min=1, max=72,

@@ -11,6 +11,7 @@ from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
 from grace.cli.json_out import check_html_out, check_json_out, to_stdout
+from grace.cli.numbers import refuse_non_finite
 from grace.spec.errors import SpecError
 
 console = Console()
@@ -26,7 +27,12 @@ def parse_owned(values: list[str] | None) -> list[str] | None:
         return values
     if [v.strip().lower() for v in values] == ["none"]:
         return values
+    if any(v.strip().lower() == "none" for v in values):
+        raise typer.BadParameter("`none` (nothing owned) cannot be combined with other "
+                                 "--owned values; drop one", param_hint="--owned")
     from grace.spec.gpus import BUILTIN_GPUS
+
+    known = {m.lower() for m in BUILTIN_GPUS}
 
     for v in values:
         m = _OWNED.match(v.strip())
@@ -35,7 +41,7 @@ def parse_owned(values: list[str] | None) -> list[str] | None:
                 f"{v!r} is not MODEL:COUNT:AGE_MONTHS; write e.g. A100-80GB:64:24 "
                 "(64 GPUs bought 24 months ago), or `none` for nothing owned",
                 param_hint="--owned")
-        if m["model"] not in BUILTIN_GPUS:
+        if m["model"].lower() not in known:
             raise typer.BadParameter(f"unknown GPU model {m['model']!r}; use one of "
                                      f"{sorted(BUILTIN_GPUS)}", param_hint="--owned")
         if int(m["count"]) < 1:
@@ -44,10 +50,33 @@ def parse_owned(values: list[str] | None) -> list[str] | None:
     return values
 
 
+#: Monthly growth beyond +-50% compounds to nonsense within a plan (1.5^24 = 16,834x).
+MAX_GROWTH = 0.5
+#: Below this a target utilization sizes purchases for GPUs that mostly sit idle.
+MIN_TARGET_UTILIZATION = 0.05
+
+
+def _merged(values: list[str]) -> tuple[Any, ...]:
+    """``--owned`` values as groups, one per (model, age): the same group given twice is
+    counted once with both counts added, and the catalog's spelling of the model used."""
+    from grace.cost.lifecycle import OwnedGroup
+    from grace.spec.gpus import BUILTIN_GPUS
+
+    by_name = {m.lower(): m for m in BUILTIN_GPUS}
+    counts: dict[tuple[str, float], int] = {}
+    for v in values:
+        m = _OWNED.match(v.strip())
+        if m is not None:
+            key = (by_name.get(m["model"].lower(), m["model"]), float(m["age"]))
+            counts[key] = counts.get(key, 0) + int(m["count"])
+    return tuple(OwnedGroup(model, n, age) for (model, age), n in counts.items())
+
+
 def check_fraction(flag: str, example: str) -> Any:
     def check(value: float | None) -> float | None:
         if value is None:
             return None
+        refuse_non_finite(value, flag)
         if value > 1.0:
             raise typer.BadParameter(f"{value:g} is above 1: this is a fraction; write "
                                      f"{value / 100:g} for {value:g}% ({example})",
@@ -58,17 +87,19 @@ def check_fraction(flag: str, example: str) -> Any:
 
 def check_utilization(value: float) -> float:
     check_fraction("--target-utilization", "0.7 keeps GPUs 70% busy")(value)
-    if value <= 0.0:
-        raise typer.BadParameter("must be more than 0 (a fraction, 0.7 for 70%)",
+    if value < MIN_TARGET_UTILIZATION:
+        raise typer.BadParameter(f"must be at least {MIN_TARGET_UTILIZATION:g} (a fraction, 0.7 "
+                                 "for 70%): below that a plan buys for GPUs that sit idle",
                                  param_hint="--target-utilization")
     return value
 
 
 def check_growth(value: float | None) -> float | None:
     check_fraction("--growth", "0.05 is 5% more GPU-hours each month")(value)
-    if value is not None and value <= -1.0:
-        raise typer.BadParameter("a month cannot lose all its demand: give more than -1 "
-                                 "(-0.02 for 2% less each month)", param_hint="--growth")
+    if value is not None and not -MAX_GROWTH <= value <= MAX_GROWTH:
+        raise typer.BadParameter(f"{value:g} a month is beyond any planning horizon's trend: "
+                                 f"give -{MAX_GROWTH:g} to {MAX_GROWTH:g} (0.05 is 5% more "
+                                 "GPU-hours each month, -0.02 2% less)", param_hint="--growth")
     return value
 
 
@@ -76,12 +107,12 @@ def lifecycle(
     history: str = typer.Option(..., "--history",
                                 help="job history or cloud bill to read; with --format grace "
                                      "a database URL or the store's SQLite file"),
-    fmt: str = typer.Option("csv", "--format",
+    fmt: str = typer.Option("sacct", "--format",
                             help="sacct, csv, grace, cloud-bill, philly, chronus, tiresias, "
                                  "openb"),
     columns: str | None = typer.Option(None, "--columns",
                                        help="csv: role map; sacct/cloud-bill: renamed columns"),
-    months: int = typer.Option(..., "--months", min=1, max=240, help="months to plan ahead"),
+    months: int = typer.Option(..., "--months", min=1, max=120, help="months to plan ahead"),
     gpu: str = typer.Option("H100-SXM", "--gpu", help="the generation to buy (`grace gpus`)"),
     owned: list[str] | None = typer.Option(
         None, "--owned", callback=parse_owned,
@@ -109,7 +140,7 @@ def lifecycle(
 ) -> None:
     """A month-by-month capacity plan: demand against owned GPUs, orders, buy/lease/cloud,
     retirements and the cash curve."""
-    from grace.cost.history import load_history, parse_format
+    from grace.cost.history import HistoryFormat, load_history, parse_format
     from grace.cost.lifecycle import LifecycleInputs, OwnedGroup, lifecycle_plan
     from grace.cost.lifecycle_demand import monthly_gpu_hours
     from grace.cost.pricebook import load_pricebook
@@ -122,9 +153,9 @@ def lifecycle(
         raise typer.BadParameter(f"{site!r}: use on-prem or colo", param_hint="--site")
     groups: tuple[OwnedGroup, ...] | None = None
     if owned:
-        groups = () if [v.strip().lower() for v in owned] == ["none"] else tuple(
-            OwnedGroup(m["model"], int(m["count"]), float(m["age"]))
-            for m in (_OWNED.match(v.strip()) for v in owned) if m is not None)
+        groups = () if [v.strip().lower() for v in owned] == ["none"] else _merged(owned)
+    elif parse_format(fmt) is HistoryFormat.CLOUD_BILL:
+        groups = ()  # a team paying a cloud bill owns nothing unless it says so
     try:
         book = load_pricebook(prices)
     except (SpecError, OSError) as e:
@@ -196,6 +227,9 @@ def _summary(result: dict[str, Any]) -> str:
     lines = [f"demand grows {100 * d['trend']['growth_per_month']:.1f}% a month "
              f"({d['trend']['method']}); "
              + ("uncertain: " if d["uncertain"] else "steady: ") + d["uncertain_reason"]]
+    owned = ", ".join(f"{o['count']} x {o['model']} aged {o['age_months']:g} months"
+                      for o in result["inputs"]["owned"]) or "nothing"
+    lines.append(f"owned today: {owned} ({result['inputs']['owned_source']})")
     cross = result["demand_crosses_owned_capacity_month"]
     lines.append("demand stays within owned capacity" if cross is None else
                  f"demand crosses owned capacity in month {cross}")

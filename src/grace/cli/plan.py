@@ -10,6 +10,7 @@ from rich.console import Console, RenderableType
 
 from grace.cli.fit import Cell, Column, Fit, fit_table
 from grace.cli.json_out import check_html_out, check_json_out, to_stdout
+from grace.cli.numbers import MAX_GPUS, finite, refuse_non_finite
 from grace.spec.errors import SpecError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def check_utilization(value: float | None) -> float | None:
     """Utilization is a fraction: 0.6 means 60%. A number above 1 is refused, not guessed at."""
     if value is None:
         return None
+    refuse_non_finite(value, "--utilization")
     if value > 1.0:
         raise typer.BadParameter(
             f"{value:g} is above 1: utilization is a fraction of time the GPUs do useful work; "
@@ -42,7 +44,8 @@ def check_utilization(value: float | None) -> float | None:
 
 
 def plan(
-    gpus: float = typer.Option(..., "--gpus", min=1, help="GPUs the workload keeps busy at peak"),
+    gpus: float = typer.Option(..., "--gpus", min=1, max=MAX_GPUS, callback=finite,
+                              help="GPUs the workload keeps busy at peak"),
     gpu: str = typer.Option(..., "--gpu", help="GPU model (a name from `grace gpus`)"),
     utilization: float | None = typer.Option(
         None, "--utilization", callback=check_utilization,
@@ -58,7 +61,7 @@ def plan(
     prices: Path | None = typer.Option(None, "--prices", help="YAML overriding the price book"),
     cloud: str = typer.Option("hyperscaler", "--cloud",
                               help="whose offers the cloud options use (a key under clouds:)"),
-    egress_gb: float = typer.Option(0.0, "--egress-gb-per-month", min=0.0,
+    egress_gb: float = typer.Option(0.0, "--egress-gb-per-month", callback=finite, min=0.0,
                                     help="data moved out of the cloud each month, GB"),
     json_out: Path | None = typer.Option(
         None, "--json", callback=check_json_out,
@@ -66,17 +69,17 @@ def plan(
     html_out: Path | None = typer.Option(
         None, "--html", callback=check_html_out, help="write an HTML report here"),
     site_kw: float | None = typer.Option(
-        None, "--site-kw", min=0.001,
+        None, "--site-kw", callback=finite, min=0.001,
         help="IT power the site can feed, kW: on-prem (and the hybrid's owned part) is "
              "refused if its nodes do not fit"),
     cooling_kw: float | None = typer.Option(
-        None, "--cooling-kw", min=0.001, help="with --site-kw: heat the site can remove, kW "
+        None, "--cooling-kw", callback=finite, min=0.001, help="with --site-kw: heat the site can remove, kW "
                                               "(default: --site-kw)"),
     rack_kw: float | None = typer.Option(
-        None, "--rack-kw", min=0.001, help="with --site-kw: power per rack, kW "
+        None, "--rack-kw", callback=finite, min=0.001, help="with --site-kw: power per rack, kW "
                                            "(default: the price book's site.rack_kw)"),
     floor_kg_per_m2: float | None = typer.Option(
-        None, "--floor-kg-per-m2", min=0.001,
+        None, "--floor-kg-per-m2", callback=finite, min=0.001,
         help="with --site-kw: the floor's load rating (default: site.floor_kg_per_m2)"),
 ) -> None:
     """Compare on-prem, colo, cloud (on-demand, 1-year, 3-year) and hybrid for one workload."""

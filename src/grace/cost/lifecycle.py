@@ -218,8 +218,11 @@ def lifecycle_plan(hours: tuple[float, ...], inputs: LifecycleInputs,
             "hours_per_month": HOURS_PER_MONTH, "node_gpus": g,
             "owned": [{"model": o.model, "count": o.count, "age_months": o.age_months}
                       for o in owned],
-            "owned_source": "--owned" if inputs.owned is not None else
-            "default: the busiest complete month's GPUs needed, whole nodes of --gpu, age 0",
+            "owned_source": ("--owned" if inputs.owned else
+                             "a cloud bill or --owned none: a team renting owns nothing "
+                             "unless --owned says" if inputs.owned is not None else
+                             "assumed: the busiest complete month's GPUs needed, whole nodes "
+                             "of --gpu, age 0 (give --owned, or --owned none)"),
             "lead_time_months": lead, "staff_pool_gpus": pool,
             "staff_usd_per_gpu_month": staff,
             "uncertainty_test": {"min_history_months": MIN_HISTORY_MONTHS,
