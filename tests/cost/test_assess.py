@@ -207,3 +207,20 @@ def test_bad_inputs_name_the_fix(real_book: PriceBook) -> None:
         assess(h, AssessInputs(gpus=0), real_book)
     with pytest.raises(ValueError, match="grace bench scaling"):
         assess(h, AssessInputs(scaling={"nothing": 1}), real_book)
+
+
+def test_future_dates_warn_and_a_short_history_caveats_its_dollars() -> None:
+    """A bill dated years ahead is a clock or unit slip the reader must see; a purchase
+    priced from a day of history says how little it stands on."""
+    from grace.cost.assess import history_warnings
+    from grace.cost.history import History, HistoryFormat, HistoryJob
+
+    h = History("x", HistoryFormat.CSV, [HistoryJob("1", "t", 0.0, 86_400.0, 8.0)])
+    h.origin_epoch_s = 2_000_000_000.0  # 2033
+    assert history_warnings(h, now=1_760_000_000.0)[0].startswith("the history runs to")
+    assert history_warnings(h, now=2_000_000_000.0) == []
+    from grace.cost.pricebook import load_pricebook
+
+    result = assess(h, AssessInputs(), load_pricebook())
+    assert "too short to size a purchase" in result["dollars"]["caveat"]
+    assert "too short to size a purchase" in result["verdict"]

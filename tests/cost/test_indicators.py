@@ -163,9 +163,14 @@ def test_sustained_utilization_flips_at_plans_breakeven(real_book: PriceBook) ->
 
 
 def test_sustained_utilization_short_history_and_empty(real_book: PriceBook) -> None:
+    """Ten busy days say nothing of a sustained load: unknown, not met (the 30-day window
+    is the shortest the rule reads)."""
     h = _steady(32, 10)
     r = sustained_utilization(daily_gpu_hours(h), h.span_s, h.gpu_hours, 64, 0.4, "test")
-    assert r.figures["judged_window"] == "whole-span" and r.met is True
+    assert r.met is None and "30-day window" in r.evidence
+    h = _steady(32, 31)
+    r = sustained_utilization(daily_gpu_hours(h), h.span_s, h.gpu_hours, 64, 0.4, "test")
+    assert r.met is True and r.figures["judged_window"] == "30"
     empty = history([])
     r = sustained_utilization(daily_gpu_hours(empty), 0.0, 0.0, 64, 0.4, "test")
     assert r.met is None
@@ -239,3 +244,20 @@ def test_every_threshold_is_echoed_with_a_source() -> None:
     assert [str(i) for i in Indicator] == [
         "long-multinode-runs", "scaling-efficiency", "capacity-difficulty",
         "sustained-utilization", "predictability", "data-governance"]
+
+
+@pytest.mark.parametrize("eff", [{"1": 1.0, "8": float("nan")}, {"1": 1.0, "8": -3},
+                                 {"1": 1.0, "8": 7}, {"0": 1.0}, {"1": 1.0, "8": float("inf")}])
+def test_scaling_json_with_impossible_efficiencies_is_refused(eff: dict[str, float]) -> None:
+    """A NaN, negative or 700% efficiency is a broken file, not evidence: refused with the
+    rank count it was given at, never printed as "nan%" or counted as met."""
+    with pytest.raises(ValueError, match=r"scaling\.efficiency"):
+        scaling_efficiency(history([job(0)]), {"efficiency": eff})
+
+
+def test_demand_above_the_fleet_is_judged_full_not_over_100_percent() -> None:
+    h = _steady(80, 40)
+    r = sustained_utilization(daily_gpu_hours(h), h.span_s, h.gpu_hours, 8, 0.4, "test")
+    assert r.met is True and r.figures["judged_utilization"] == 1.0
+    assert r.figures["demand_over_fleet"] == pytest.approx(10.0)
+    assert "demand exceeds the 8 GPUs given" in r.evidence and "1000" not in r.evidence

@@ -97,6 +97,8 @@ def assess(
     except _Refused as e:
         err.print(f"[red]error[/red] {e}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
+    for warning in result.get("warnings", []):
+        err.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
     if not to_stdout(json_out):
         print_assessment(result)
     if json_out:
@@ -155,14 +157,15 @@ def _run(history_path: str, fmt: str, columns: str | None, gpu: str, cloud: str,
                                     f"({e.strerror or e})") from e
     err.print(history.summary(), highlight=False, soft_wrap=True)
     if not history.jobs and not history.usage:
-        raise _Refused("--history", f"--history: no usable rows in {history_path} "
-                                    f"({history.summary()}); check --format and --columns")
+        fix = ("the file has no rows after its header" if history.rows == 0 else
+               "every row was skipped (reasons above); check --format and --columns")
+        raise _Refused("--history", f"--history: no usable rows in {history_path}: {fix}")
     inputs = AssessInputs(gpu=gpu, cloud=cloud, gpus=gpus, scaling=scaling_data,
                           data_classification=classification)
     try:
         result = judge(history, inputs, book)
     except (SpecError, ValueError) as e:
-        raise _flagged("--history", e) from e
+        raise _flagged("--scaling" if str(e).startswith("scaling") else "--history", e) from e
     result.setdefault("inputs", {})["history"] = history_echo(history, history_path)
     return result
 

@@ -251,8 +251,14 @@ def assess(history: History, inputs: AssessInputs, book: PriceBook) -> dict[str,
     ]
     level, text = verdict(results)
     dollars = _dollars(history, inputs, n, book)
+    warnings = history_warnings(history)
     if "sentence" in dollars:
-        text += f"; {dollars['sentence']}"
+        if history.span_s < MIN_PRICED_SPAN_S:
+            dollars["caveat"] = (f"from {history.span_s / DAY_S:.1f} days of history, repeated "
+                                 "to a whole amortization life: too short to size a purchase")
+            text += f"; {dollars['sentence']} ({dollars['caveat']})"
+        else:
+            text += f"; {dollars['sentence']}"
     span_h = history.span_s / 3600.0
     utilization = min(1.0, history.gpu_hours / (n * span_h)) if span_h > 0 else 0.0
     spec = BurstingSpec()
@@ -289,5 +295,29 @@ def assess(history: History, inputs: AssessInputs, book: PriceBook) -> dict[str,
         "verdict_level": str(level),
         "dollars": dollars,
         "placement_by_class": rows,
+        "warnings": warnings,
     }
+
+
+#: A history shorter than the shortest utilization window (30 days) prices a purchase
+#: from too little: its dollar figure carries a caveat.
+MIN_PRICED_SPAN_S = 30 * DAY_S
+
+
+def history_warnings(history: History, now: float | None = None) -> list[str]:
+    """What a reader should know before trusting the figures: jobs or bill lines dated after
+    ``now`` (a history with calendar dates), which only a clock or unit mistake makes."""
+    import time
+
+    out: list[str] = []
+    origin = history.origin_epoch_s
+    if origin is None:
+        return out
+    at = time.time() if now is None else now
+    latest = max([j.submit_s for j in history.jobs] + [u.start_s for u in history.usage],
+                 default=0.0)
+    if origin + latest > at + DAY_S:
+        out.append(f"the history runs to {(origin + latest - at) / DAY_S:,.0f} days after "
+                   "today: check the dates (a clock or time zone mistake?)")
+    return out
 

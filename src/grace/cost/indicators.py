@@ -163,10 +163,24 @@ def _scaling_from_bench(scaling: Mapping[str, Any]) -> dict[int, float]:
         raise ValueError("scaling: no 'efficiency' mapping of rank count to efficiency; pass the "
                          "JSON `grace bench scaling --json FILE` writes")
     try:
-        return {int(k): float(v) for k, v in eff.items()}
+        out = {int(k): float(v) for k, v in eff.items()}
     except (TypeError, ValueError):
         raise ValueError("scaling.efficiency: keys must be rank counts and values numbers, as "
                          "`grace bench scaling --json` writes them") from None
+    for ranks, e in sorted(out.items()):
+        if ranks < 1:
+            raise ValueError(f"scaling.efficiency: {ranks} is not a rank count; counts are 1 "
+                             "or more")
+        if not (math.isfinite(e) and 0.0 < e <= MAX_EFFICIENCY):
+            raise ValueError(f"scaling.efficiency: efficiency at {ranks} ranks is {e:g}; it "
+                             f"must be a number in (0, {MAX_EFFICIENCY:g}] (1.0 is linear); "
+                             "rerun grace bench scaling")
+    return out
+
+
+#: Above this a scaling efficiency is a measurement error: superlinear scaling from caches
+#: fitting at scale exists, but not by half again.
+MAX_EFFICIENCY = 1.5
 
 
 def _scaling_from_history(history: History) -> dict[str, dict[int, float]]:
@@ -310,8 +324,10 @@ def sustained_utilization(daily_gpu_hours: np.ndarray, span_s: float, total_gpu_
     A window's utilization is its GPU-hours over ``gpus * 24 * days``; each length
     reports min, median and max over its windows. The longest length the history
     covers is judged: met when its **median** window is at or above ``breakeven``
-    (``grace plan``'s owning-beats-renting utilization). A history shorter than 30 days
-    is judged on its whole span.
+    (``grace plan``'s owning-beats-renting utilization). A history shorter than the
+    shortest window (30 days) is unknown: a day or a week of busy GPUs says nothing of a
+    sustained load. Demand above the fleet (``gpus`` smaller than what ran) is a fleet
+    always full: judged at 100%, with the demand's own figure beside it.
     """
     name = Indicator.SUSTAINED_UTILIZATION
     threshold = (f"met when the median of the longest rolling window available is at or above "
@@ -322,20 +338,26 @@ def sustained_utilization(daily_gpu_hours: np.ndarray, span_s: float, total_gpu_
                for d in UTILIZATION_WINDOWS_DAYS if daily_gpu_hours.size >= d}
     figures: dict[str, Any] = {"fleet_gpus": gpus, "breakeven_utilization": breakeven,
                                "windows": windows, "complete_days": int(daily_gpu_hours.size)}
-    if windows:
-        longest = max(windows, key=int)
-        judged = windows[longest]["median"]
-        where = f"median {longest}-day window"
-        spread = (f"; {longest}-day windows range {_pct(windows[longest]['min'])} to "
-                  f"{_pct(windows[longest]['max'])}")
-    else:
-        longest = "whole-span"
-        judged = total_gpu_hours / (gpus * span_s / 3600.0)
-        where = f"the whole {span_s / DAY_S:.1f}-day span (shorter than 30 days)"
-        spread = ""
-    figures.update({"judged_window": longest, "judged_utilization": judged})
-    evidence = (f"{where} keeps {gpus:g} GPUs {_pct(judged)} busy against a breakeven of "
-                f"{_pct(breakeven)}{spread}")
+    if not windows:
+        shortest = min(UTILIZATION_WINDOWS_DAYS)
+        return IndicatorResult(
+            name, None, f"unknown: the history holds {daily_gpu_hours.size} complete day(s) "
+            f"({span_s / DAY_S:.1f} days in all); a sustained load needs at least a "
+            f"{shortest}-day window: load a longer history", threshold, figures)
+    longest = max(windows, key=int)
+    demand = windows[longest]["median"]
+    judged = min(1.0, demand)
+    over = ""
+    if demand > 1.0:
+        over = (f"; demand exceeds the {gpus:g} GPUs given: the median window asks for "
+                f"{demand * gpus:,.0f} GPUs, {demand:.1f}x as many, so the fleet is always "
+                "full (--gpus larger, or leave it out to size it from the history)")
+    spread = (f"; {longest}-day windows range {_pct(windows[longest]['min'])} to "
+              f"{_pct(windows[longest]['max'])}" if not over else "")
+    figures.update({"judged_window": longest, "judged_utilization": judged,
+                    "demand_over_fleet": demand})
+    evidence = (f"median {longest}-day window keeps {gpus:g} GPUs {_pct(judged)} busy against "
+                f"a breakeven of {_pct(breakeven)}{spread}{over}")
     return IndicatorResult(name, judged >= breakeven, evidence, threshold, figures)
 
 
