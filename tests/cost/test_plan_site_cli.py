@@ -42,7 +42,7 @@ def test_a_30_kw_site_refuses_on_prem_with_the_nodes_that_fit() -> None:
     onprem = next(o for o in data["options"] if o["name"] == "on-prem")
     assert onprem["total_usd"] is None and "4 of 8 nodes fit" in onprem["note"]
     assert data["cheapest"] != "on-prem"
-    assert "REFUSED" in text and "4 powered, 4 in boxes" in text
+    assert "REFUSED" in text and "4 fit, 4 in boxes" in text
 
 
 def test_without_a_site_the_plan_has_no_site_and_keeps_its_keys() -> None:
@@ -82,3 +82,13 @@ def test_non_finite_numbers_and_unwritable_outputs_exit_2_naming_the_flag(
     r = CliRunner().invoke(app, ["plan", *[x for kv in base.items() for x in kv]])
     assert r.exit_code == 2, r.output
     assert args[-2] in r.output and "Traceback" not in r.output
+
+
+def test_a_rack_that_holds_no_node_says_so_not_zero_racks_of_zero_nodes() -> None:
+    r = CliRunner().invoke(app, ["plan", "--gpus", "8", "--gpu", "H100-SXM", "--utilization",
+                                 "0.7", "--months", "36", "--site-kw", "60", "--rack-kw", "5"],
+                           env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "no rack can hold one node" in r.output and "0 racks" not in r.output
+    assert "1 node draw" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80

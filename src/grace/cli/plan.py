@@ -119,8 +119,13 @@ def plan(
                          if threshold is not None else
                          f"[bold]no utilization[/bold] (it would need {100 * unclamped:.0f}%)"))
         console.print(_sensitivity_table(result["sensitivity"][:8]))
-        for line in summary_lines(result):
-            console.print(line, markup=False, highlight=False)
+        import textwrap
+
+        for line in summary_lines(result):  # wrapped by hand: a hanging indent reads as a block
+            indent = " " * (len(line) - len(line.lstrip(" -")) + 2)
+            console.print(textwrap.fill(line, width=console.width, subsequent_indent=indent,
+                                        break_on_hyphens=False), markup=False,
+                          highlight=False, soft_wrap=True)
     if json_out:
         from grace.cli.simulate import _write_json
 
@@ -149,19 +154,29 @@ def _site_spec(site_kw: float | None, cooling_kw: float | None, rack_kw: float |
     return SiteSpec(site_kw, cooling_kw, rack_kw, floor_kg_per_m2)
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _site_lines(site: dict[str, Any]) -> list[str]:
-    """The site block: draw and its range, nodes powered and in boxes, racks, floor."""
+    """The site block: draw and its range, nodes that fit and in boxes, racks, floor."""
     verdict = "fits" if site["feasible"] else "REFUSED for on-prem"
     lines = [
-        f"site: {verdict}. {site['nodes_needed']} nodes draw {site['draw_kw']:.1f} kW "
+        f"site: {verdict}. {_plural(site['nodes_needed'], 'node')} draw {site['draw_kw']:.1f} kW "
         f"({site['draw_kw_low']:.1f}-{site['draw_kw_high']:.1f} kW by node_power_overhead "
         f"{site['node_power_overhead_low']:g}-{site['node_power_overhead_high']:g}); the site "
-        f"feeds {site['site_kw']:g} kW and cools {site['cooling_kw']:g} kW",
-        f"  nodes: {site['nodes_powered']} powered, {site['nodes_in_boxes']} in boxes; "
-        f"{site['racks']} rack{'' if site['racks'] == 1 else 's'} of up to "
-        f"{site['nodes_per_rack']} nodes ({site['rack_kw']:g} kW, "
-        f"{site['rack_units']:g}U); fullest rack {site['rack_weight_kg']:,.0f} kg = "
-        f"{site['floor_load_kg_per_m2']:,.0f} kg/m2 (floor {site['floor_kg_per_m2']:,.0f})"]
+        f"feeds {site['site_kw']:g} kW and cools {site['cooling_kw']:g} kW"]
+    if site["nodes_per_rack"] < 1:
+        lines.append(f"  racks: no rack can hold one node ({site['rack_kw']:g} kW, "
+                     f"{site['rack_units']:g}U, floor {site['floor_kg_per_m2']:,.0f} kg/m2); "
+                     f"all {site['nodes_needed']} stay in boxes")
+    else:
+        lines.append(
+            f"  nodes: {site['nodes_fit']} fit, {site['nodes_in_boxes']} in boxes; "
+            f"{_plural(site['racks'], 'rack')} of up to {site['nodes_per_rack']} nodes "
+            f"({site['rack_kw']:g} kW, {site['rack_units']:g}U); fullest rack "
+            f"{site['rack_weight_kg']:,.0f} kg = {site['floor_load_kg_per_m2']:,.0f} kg/m2 "
+            f"(floor {site['floor_kg_per_m2']:,.0f})")
     if not site["feasible"]:
         lines.append(f"  why: {site['reason']}")
     hybrid = site.get("hybrid")
@@ -207,11 +222,23 @@ def _table(result: dict[str, Any], width: int | None = None) -> RenderableType:
                 "same hours on demand")
 
 
+#: Price-book paths longer than this are shown with a break after each dot, so a narrow
+#: column wraps them between their parts, never inside a word.
+LONG_PATH = 24
+
+
+def breakable_path(path: str) -> str:
+    """``gpus.H100-SXM.server_capex_per_node_usd`` as ``gpus. H100-SXM.
+    server_capex_per_node_usd`` when long (the table wraps at spaces); short ones whole.
+    The JSON keeps the path as it is, for ``--prices`` overrides."""
+    return path if len(path) <= LONG_PATH else path.replace(".", ". ")
+
+
 def _sensitivity_table(rows: list[dict[str, Any]], width: int | None = None) -> RenderableType:
     """Each input's low, base and high value and the utilization above which owning beats
     renting at its low and its high: every figure whole, the input's name wrapped."""
     body: list[list[Cell]] = [
-        [r["input"], f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
+        [breakable_path(r["input"]), f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
          f"{100 * r['owning_beats_renting_above_utilization_at_low']:.1f}%",
          f"{100 * r['owning_beats_renting_above_utilization_at_high']:.1f}%"] for r in rows]
     return fit_table(
