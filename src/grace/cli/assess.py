@@ -155,7 +155,7 @@ def _run(history_path: str, fmt: str, columns: str | None, gpu: str, cloud: str,
     except OSError as e:
         raise _Refused("--history", f"--history: cannot read {history_path} "
                                     f"({e.strerror or e})") from e
-    err.print(history.summary(), highlight=False, soft_wrap=True)
+    err.print(history.summary(), highlight=False, markup=False)
     if not history.jobs and not history.usage:
         fix = ("the file has no rows after its header" if history.rows == 0 else
                "every row was skipped (reasons above); check --format and --columns")

@@ -173,9 +173,10 @@ def lifecycle(
         hist = load_history(history, fmt, columns)
     except (ValueError, OSError) as e:
         flag = "--columns" if str(e).startswith("--columns") else "--history"
-        err.print(f"[red]error[/red] {flag}: {e}")
+        text = str(e) if str(e).startswith(flag) else f"{flag}: {e}"  # said once, not twice
+        err.print(f"[red]error[/red] {text}", highlight=False)
         raise typer.Exit(code=2) from e
-    err.print(hist.summary(), highlight=False, soft_wrap=True)
+    err.print(hist.summary(), highlight=False, markup=False)
     hours, partial = monthly_gpu_hours(hist)
     if not hours:
         err.print(f"[red]error[/red] --history: {history} covers no complete 730-hour month "

@@ -204,6 +204,21 @@ def load_history(path: Path | str, fmt: HistoryFormat | str, columns: str | None
     """
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be at least 1, not {gpus_per_node}")
+    if not str(path).strip():
+        raise ValueError("no file given: --history names the job log, bill or store to read")
+    try:
+        history = _load(path, fmt, columns)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file (UTF-8); give the CSV or sacct export "
+                         "itself, uncompressed") from None
+    except ValueError as e:  # the trace loaders' wording, for a history that is no trace
+        raise ValueError(str(e).replace("trace file ", "file ", 1)) from None
+    history.gpus_per_node = gpus_per_node
+    return plausible(history)
+
+
+def _load(path: Path | str, fmt: HistoryFormat | str, columns: str | None) -> History:
+    """The loader for ``fmt`` (see ``load_history``)."""
     kind = parse_format(fmt)
     if columns is not None and kind not in COLUMN_FORMATS:
         raise ValueError(f"--columns applies to formats "
@@ -232,8 +247,7 @@ def load_history(path: Path | str, fmt: HistoryFormat | str, columns: str | None
         from grace.cost.history_store import load_store
 
         history = load_store(str(path))
-    history.gpus_per_node = gpus_per_node
-    return plausible(history)
+    return history
 
 
 #: A job that ran longer than this is a unit or parsing mistake (sacct's longest

@@ -84,7 +84,7 @@ def _stamp(text: str, what: str) -> float:
 
 def load_sacct(path: Path | str, columns: str | None = None) -> History:
     """Read a ``sacct --parsable2`` export (see the module docstring); bad rows are counted."""
-    names = {**COLUMNS, **parse_role_map(columns, list(COLUMNS), "gpus=ReqTRES,tenant=...")}
+    names = {**COLUMNS, **parse_role_map(columns, list(COLUMNS), "gpus=ReqTRES,account=Group")}
     history = History(source=str(path), format=HistoryFormat.SACCT)
     pending: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
