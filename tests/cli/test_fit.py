@@ -144,3 +144,17 @@ def test_wait_and_run_are_totals_over_attempts() -> None:
     assert wait_run(pending_cancelled, [], now=10_000.0) == (50.0, 0.0)
     running = {"submitted_at": 0.0, "started_at": 5.0, "ended_at": None}
     assert wait_run(running, [{"started_at": 5.0, "ended_at": None}], now=65.0) == (5.0, 60.0)
+
+
+def test_a_long_path_in_a_wrapped_column_breaks_between_its_parts() -> None:
+    from grace.cli.fit import break_long_words
+
+    path = "gpus.H100-SXM.offers.hyperscaler.on_demand_usd_per_gpu_hour"
+    lines = break_long_words(f"see {path} now", 30).split("\n")
+    assert "".join(lines) == f"see {path} now"
+    assert lines[1:] == ["hyperscaler.", "on_demand_usd_per_gpu_hour now"]
+    assert all(len(line.split()[-1]) <= 30 for line in lines)
+    # a part wider than the column breaks after its underscores, never mid-word
+    assert break_long_words("owned.maintenance_fraction_per_year", 20).split("\n") == [
+        "owned.maintenance_", "fraction_per_year"]
+    assert break_long_words("short words stay", 5) == "short words stay"

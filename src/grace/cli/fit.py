@@ -22,6 +22,7 @@ each repeat the key column, so no line is ever wider than the console.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -211,8 +212,47 @@ def _allocate(columns: Sequence[Column], naturals: Sequence[int], width: int) ->
     return widths
 
 
+#: Where a word too long for its column breaks: after a dot or a slash first
+#: (``gpus.H100-SXM.offers.`` / ``hyperscaler.``), so a price-book path or a file path
+#: wraps between its parts; a part still too wide breaks after a dash or underscore.
+_PART_END = re.compile(r"(?<=[./])")
+_SUBPART_END = re.compile(r"(?<=[_-])")
+
+
+def break_long_words(text: str, width: int) -> str:
+    """``text`` with each word wider than ``width`` cells broken onto new lines between
+    its parts, every line as full as fits; a piece still wider is left to fold. Words
+    that fit, and the spaces between words, are left for the table to wrap."""
+    if width <= 0:
+        return text
+
+    def pieces(word: str) -> list[str]:
+        out: list[str] = []
+        for part in (p for p in _PART_END.split(word) if p):
+            out += [part] if cell_len(part) <= width else [
+                p for p in _SUBPART_END.split(part) if p]
+        return out
+
+    def split(word: str) -> str:
+        if cell_len(word) <= width:
+            return word
+        lines: list[str] = []
+        line = ""
+        for piece in pieces(word):
+            if line and cell_len(line + piece) > width:
+                lines.append(line)
+                line = ""
+            line += piece
+        return "\n".join([*lines, line])
+
+    return re.sub(r"\S+", lambda m: split(m.group(0)), text)
+
+
 def _cells(col: Column, values: Sequence[Cell], width: int) -> list[Text]:
-    """One column's cells as ``Text`` (never markup), names and free text cut to ``width``."""
+    """One column's cells as ``Text`` (never markup), names and free text cut to ``width``,
+    long words in wrapped columns broken between their parts."""
+    if col.fit is Fit.WRAP:
+        return [v if isinstance(v, Text) else Text(break_long_words(v, width)) for v in values]
     texts = [v if isinstance(v, Text) else Text(v) for v in values]
     if col.fit not in (Fit.MIDDLE, Fit.END, Fit.NOTE):
         return texts

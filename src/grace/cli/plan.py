@@ -222,23 +222,11 @@ def _table(result: dict[str, Any], width: int | None = None) -> RenderableType:
                 "same hours on demand")
 
 
-#: Price-book paths longer than this are shown with a break after each dot, so a narrow
-#: column wraps them between their parts, never inside a word.
-LONG_PATH = 24
-
-
-def breakable_path(path: str) -> str:
-    """``gpus.H100-SXM.server_capex_per_node_usd`` as ``gpus. H100-SXM.
-    server_capex_per_node_usd`` when long (the table wraps at spaces); short ones whole.
-    The JSON keeps the path as it is, for ``--prices`` overrides."""
-    return path if len(path) <= LONG_PATH else path.replace(".", ". ")
-
-
 def _sensitivity_table(rows: list[dict[str, Any]], width: int | None = None) -> RenderableType:
     """Each input's low, base and high value and the utilization above which owning beats
     renting at its low and its high: every figure whole, the input's name wrapped."""
     body: list[list[Cell]] = [
-        [breakable_path(r["input"]), f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
+        [r["input"], f"{r['low']:g}", f"{r['value']:g}", f"{r['high']:g}",
          f"{100 * r['owning_beats_renting_above_utilization_at_low']:.1f}%",
          f"{100 * r['owning_beats_renting_above_utilization_at_high']:.1f}%"] for r in rows]
     return fit_table(
