@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from grace.cost.history import DAY_S, CloudUsage, History, HistoryFormat
-from grace.cost.history_table import headed_rows, parse_role_map
-from grace.sim.traces._common import RowError, field, finite, timestamp_s
+from grace.cost.history_table import cell_reader, headed_rows, parse_role_map
+from grace.sim.traces._common import RowError, finite, timestamp_s
 
 #: instance type (lower case, Azure's ``Standard_`` prefix dropped) -> (catalog GPU model,
 #: GPUs per instance). Source: the SkyPilot catalog (github.com/skypilot-org/skypilot-catalog)
@@ -107,10 +107,7 @@ def load_cloud_bill(path: Path | str, columns: str | None = None) -> History:
     pending: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     with headed_rows(path, names, REQUIRED, what="cloud bill") as (col, rows):
-        def cell(row: list[str], role: str) -> str:
-            i = col.get(role)
-            return "" if i is None else field(row, i)
-
+        cell = cell_reader(col)
         for row in rows:
             history.rows += 1
             try:

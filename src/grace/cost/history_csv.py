@@ -30,11 +30,10 @@ from typing import Any
 
 from grace.cost.history import History, HistoryFormat, HistoryJob
 from grace.cost.history_sacct import tres_gpus
-from grace.cost.history_table import headed_rows, parse_role_map
+from grace.cost.history_table import cell_reader, headed_rows, parse_role_map
 from grace.sim.traces._common import (
     RowError,
     duration_s,
-    field,
     finite,
     positive_duration,
     time_limit_s,
@@ -100,10 +99,7 @@ def load_history_csv(path: Path | str, columns: str | dict[str, str]) -> History
     skipped: dict[str, int] = {}
     clock = _Clock()
     with headed_rows(path, roles, required, what="history") as (col, rows):
-        def cell(row: list[str], role: str) -> str:
-            i = col.get(role)
-            return "" if i is None else field(row, i)
-
+        cell = cell_reader(col)
         for row in rows:
             history.rows += 1
             try:

@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from grace.cost.history import History, HistoryFormat, HistoryJob
-from grace.cost.history_table import headed_rows, parse_role_map
+from grace.cost.history_table import cell_reader, headed_rows, parse_role_map
 from grace.sim.traces._common import (
     RowError,
     duration_s,
-    field,
     positive_duration,
     time_limit_s,
     timestamp_s,
@@ -90,10 +89,7 @@ def load_sacct(path: Path | str, columns: str | None = None) -> History:
     seen: dict[str, int] = {}
     skipped: dict[str, int] = {}
     with headed_rows(path, names, REQUIRED, what="sacct") as (col, rows):
-        def cell(row: list[str], role: str) -> str:
-            i = col.get(role)
-            return "" if i is None else field(row, i)
-
+        cell = cell_reader(col)
         for row in rows:
             history.rows += 1
             try:

@@ -11,11 +11,11 @@ fixes it; bad cells are the loader's business (``RowError``, counted).
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from grace.sim.traces._common import pick_delimiter, require_file
+from grace.sim.traces._common import field, pick_delimiter, require_file
 
 
 def parse_role_map(text: str | None, roles: Sequence[str], example: str) -> dict[str, str]:
@@ -40,6 +40,17 @@ def parse_role_map(text: str | None, roles: Sequence[str], example: str) -> dict
             raise ValueError(f"--columns part {part!r}: role {role!r} given twice; {allowed}")
         out[role] = column
     return out
+
+
+def cell_reader(col: Mapping[str, int]) -> Callable[[list[str], str], str]:
+    """A reader of one row's cell by role, given ``headed_rows``' column positions: a role
+    whose column the file lacks reads as ``""``, as a blank cell does."""
+
+    def cell(row: list[str], role: str) -> str:
+        i = col.get(role)
+        return "" if i is None else field(row, i)
+
+    return cell
 
 
 @contextmanager
