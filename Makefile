@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/control_plane.py
 	$(BIN)/python benchmarks/runtime.py
 	$(BIN)/python benchmarks/twin_bursting.py
+	$(BIN)/python benchmarks/twin_compare_parallel.py
 	$(BIN)/python benchmarks/metrics_scrape.py
 	@# needs a running Slurm (sudo bash .ci/slurm-up.sh); skipped, not failed, without one
 	@if ! command -v sbatch >/dev/null 2>&1; then \

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,15 @@ from grace.cli.json_out import to_stdout, write_json
 from grace.core.checkpoint import LLAMA3_GPU_MTBF_H
 from grace.core.checkpoint_stagger import CheckpointPhasing
 from grace.core.policies import DEFAULT_POLICY, get_policy
+from grace.sim.cluster_variants import parse_percents, variant_label
+from grace.sim.clusters import load_topology
 from grace.sim.estimates import EstimateModel, parse_estimate_model
 from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
+from grace.sim.parallel import ReplayRun, replay_many
 from grace.sim.report import SUMMARY_FIELDS, fmt_value, write_html
 from grace.sim.runner import ReplayInput, load_input, replay
+from grace.sim.slurm_sweep import SweepTask
 from grace.spec.bursting import BurstingSpec
 from grace.spec.errors import SpecError
 
@@ -105,6 +112,10 @@ PhasesOpt = typer.Option(
     "start", "--checkpoint-phases", metavar="start|synchronized|staggered",
     help="with --data-path, --failures and a storage tier: when jobs checkpoint (start: an "
          "interval after each start; synchronized: all at once; staggered: Grace's policy)")
+FewerOpt = typer.Option(
+    None, "--fewer-nodes", metavar="PERCENT",
+    help="replay on the cluster with this share of each node group's nodes taken away "
+         "(e.g. 20: what if we had bought 20% fewer nodes?)")
 LemonOpt = typer.Option(0.012, "--lemon-share", min=0.0, max=1.0,
                         help="share of nodes failing 10x as often (Meta HPCA'25: 1.2%)")
 
@@ -115,16 +126,53 @@ def _failure_model(on: bool, mtbf: float, lemons: float) -> FailureModel | None:
 
 def _load(cluster: Path, trace: Path, fmt: str, columns: str | None,
           profiles: Path | None = None, round_s: float | None = None, per_job: bool = False,
-          elastic: bool = False) -> ReplayInput:
+          elastic: bool = False, fewer_nodes: float = 0.0) -> ReplayInput:
     try:
         inp = load_input(cluster, trace, fmt, columns, profiles, elastic)
         inp.round_s, inp.per_job = round_s, per_job
+        if fewer_nodes:
+            inp = _variant(inp, cluster, fmt, fewer_nodes)
     except (SpecError, ValueError, OSError) as e:
         err.print(f"[red]error[/red] {e}")
         raise typer.Exit(code=2) from e
     rep = inp.trace.report
     err.print(f"[dim]{rep.summary()}[/dim]")
     return inp
+
+
+def _variant(inp: ReplayInput, cluster: Path, fmt: str, percent: float) -> ReplayInput:
+    """``inp`` on the cluster with ``percent`` of its nodes taken away, sharing the trace."""
+    return replace(inp, topo=load_topology(cluster, fmt, percent)) if percent else inp
+
+
+def _percents(text: str) -> list[float]:
+    try:
+        return parse_percents(text)
+    except ValueError as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
+
+
+def _seeds(text: str | None, seed: int) -> list[int]:
+    """``--seeds 0,1,2`` (default: ``--seed`` alone); exit 2 naming the bad part."""
+    if text is None:
+        return [seed]
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.lstrip("-").isdigit() or not 0 <= int(part) < 2**32:
+            err.print(f"[red]error[/red] --seeds: {part!r} is not a seed (a whole number from "
+                      "0 to 4294967295); e.g. --seeds 0,1,2")
+            raise typer.Exit(code=2)
+        if int(part) in out:
+            err.print(f"[red]error[/red] --seeds: {part} given twice; give each seed once")
+            raise typer.Exit(code=2)
+        out.append(int(part))
+    if not out:
+        err.print("[red]error[/red] --seeds: no seed given; e.g. --seeds 0,1,2")
+        raise typer.Exit(code=2)
+    return out
 
 
 def _quotas(path: Path | None, inp: ReplayInput) -> dict | None:
@@ -180,19 +228,107 @@ def _run(inp: ReplayInput, policy: str, seed: int, quotas: dict | None,
     return result
 
 
+class SweepOn(StrEnum):
+    """Where ``grace compare`` runs its replays."""
+
+    LOCAL = "local"
+    SLURM = "slurm"
+
+
+def _sweep_label(policy: str, seed: int, percent: float, many_seeds: bool,
+                 percents: list[float] | None) -> str:
+    """A replay's name in the table and the JSON: the policy, then what else varies."""
+    parts = [policy]
+    if many_seeds:
+        parts.append(f"seed {seed}")
+    if percents:
+        parts.append(variant_label(percent))
+    return " ".join(parts)
+
+
+def _shared_flags(cluster: Path, trace: Path, fmt: str, columns: str | None,
+                  quotas: Path | None, model: EstimateModel, enforce_limits: bool | None,
+                  failures: bool, gpu_mtbf_h: float, lemon_share: float,
+                  profiles: Path | None, round_s: float | None, per_job: bool, elastic: bool,
+                  data_path: bool, phases: CheckpointPhasing) -> list[str]:
+    """The ``grace simulate`` flags every replay of a compare shares, as the user gave
+    them (paths as written: the array tasks start in this directory)."""
+    out = ["--cluster", str(cluster), "--trace", str(trace), "--format", fmt,
+           "--estimates", model.value, "--checkpoint-phases", phases.value]
+    out += ["--columns", columns] if columns is not None else []
+    out += ["--quotas", str(quotas)] if quotas is not None else []
+    if enforce_limits is not None:
+        out.append("--enforce-limits" if enforce_limits else "--no-enforce-limits")
+    if failures:
+        out += ["--failures", "--gpu-mtbf-h", repr(gpu_mtbf_h), "--lemon-share",
+                repr(lemon_share)]
+    out += ["--profiles", str(profiles)] if profiles is not None else []
+    out += ["--round-s", repr(round_s)] if round_s is not None else []
+    out += ["--per-job"] if per_job else []
+    out += ["--elastic"] if elastic else []
+    out += ["--data-path"] if data_path else []
+    return out
+
+
+def _on_slurm(tasks: list[SweepTask], folder: Path | None, partition: str | None,
+              timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Submit the replays as one Slurm array, wait for it, and read the summaries back."""
+    from grace.backends.slurm_cli import SlurmCli, SlurmError
+    from grace.sim import slurm_sweep
+
+    folder = folder or Path(".grace") / "sweeps" / time.strftime("%Y%m%d-%H%M%S")
+    cli = SlurmCli()
+    try:
+        job_id = slurm_sweep.submit(cli, folder, tasks, partition=partition)
+        err.print(f"submitted {len(tasks)} replays as Slurm array {job_id}; results in {folder}")
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                      TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+                      TimeElapsedColumn(), console=err, transient=True) as progress:
+            bar = progress.add_task("array tasks done", total=len(tasks))
+            slurm_sweep.wait(cli, job_id, timeout_s,
+                             lambda live: progress.update(bar, completed=len(tasks) - live))
+        summaries = slurm_sweep.gather(folder, tasks)
+    except (SlurmError, TimeoutError, OSError) as e:
+        err.print(f"[red]error[/red] --on slurm: {e}")
+        raise typer.Exit(code=1) from e
+    return {t.label: s for t, s in zip(tasks, summaries, strict=True)}
+
+
+def _run_many(inp: ReplayInput | list[ReplayInput], runs: list[ReplayRun],
+              workers: int | None) -> list[SimResult]:
+    """Several replays of ``inp`` (in parallel unless ``workers`` is 1), one progress bar
+    each; a replay's bad input ends the command with exit 2, as one replay's does."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        tasks = [progress.add_task(f"replaying with {r.label}", total=1.0) for r in runs]
+        try:
+            return replay_many(inp, runs, workers,
+                               progress=lambda i, f: progress.update(tasks[i], completed=f))
+        except ValueError as e:
+            err.print(f"[red]error[/red] {e}")
+            raise typer.Exit(code=2) from e
+
+
 def _table(results: dict[str, SimResult], width: int | None = None) -> RenderableType:
-    """One row per metric, one column per policy: figures whole, a long metric label
-    wrapped, several policies dealt into tables that repeat the metric where 80 columns
+    """The replays' summaries side by side (``_summary_table``)."""
+    return _summary_table({name: r.summary for name, r in results.items()}, width)
+
+
+def _summary_table(summaries: dict[str, dict[str, Any]],
+                   width: int | None = None) -> RenderableType:
+    """One row per metric, one column per replay: figures whole, a long metric label
+    wrapped, several replays dealt into tables that repeat the metric where 80 columns
     cannot hold them side by side (``cli.fit``)."""
     columns = [Column("metric", Fit.WRAP, min_width=16, weight=2),
-               *(Column(name, justify="right") for name in results)]
-    rows = [[label, *(fmt_value(r.summary.get(key, 0), how) for r in results.values())]
+               *(Column(name, justify="right") for name in summaries)]
+    rows = [[label, *(fmt_value(s.get(key, 0), how) for s in summaries.values())]
             for key, label, how in SUMMARY_FIELDS
-            if any(key in r.summary for r in results.values())]  # e.g. no cloud spend unless bursting
-    rows += [[label, *(fmt_value(r.summary.get("data_path", {}).get(key, 0), how)
-                       for r in results.values())]
+            if any(key in s for s in summaries.values())]  # e.g. no cloud spend unless bursting
+    rows += [[label, *(fmt_value(s.get("data_path", {}).get(key, 0), how)
+                       for s in summaries.values())]
              for key, label, how in DATA_PATH_FIELDS
-             if any("data_path" in r.summary for r in results.values())]
+             if any("data_path" in s for s in summaries.values())]
     return fit_table(columns, rows, width or console.width, title="Replay results")
 
 
@@ -255,6 +391,7 @@ def simulate(
     profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
     per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
     data_path: bool = DataPathOpt, checkpoint_phases: str = PhasesOpt,
+    fewer_nodes: float | None = FewerOpt,
     no_departures: bool = typer.Option(
         False, "--no-departures",
         help="openb packing experiment: pods arrive in seeded random order and never leave"),
@@ -271,10 +408,13 @@ def simulate(
     model = _estimates(estimates, no_estimates)
     phases = _phasing(checkpoint_phases)
     burst = _bursting(bursting)
-    inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
+    percent = _percents(f"{fewer_nodes!r}")[0] if fewer_nodes is not None else 0.0
+    inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic, percent)
     result = _run(inp, policy, seed, _quotas(quotas, inp), model,
                   _failure_model(failures, gpu_mtbf_h, lemon_share), burst, enforce_limits,
                   data_path, phases)
+    if fewer_nodes is not None:  # as a compare --fewer-nodes replay records it
+        result.summary["fewer_nodes_percent"] = percent
     if not to_stdout(json_out):
         console.print(_table({policy: result}))
     if json_out:
@@ -296,18 +436,82 @@ def compare(
     profiles: Path | None = ProfilesOpt, round_s: float | None = RoundOpt,
     per_job: bool = PerJobOpt, elastic: bool = ElasticOpt,
     data_path: bool = DataPathOpt, checkpoint_phases: str = PhasesOpt,
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, max=256,
+        help="replays at once, one process each, the trace parsed once and shared "
+             "(default: one per replay, at most one per core; 1: one after another)"),
+    seeds: str | None = typer.Option(
+        None, "--seeds", help="replay each policy once per seed, e.g. 0,1,2 (default: --seed)"),
+    fewer_nodes: str | None = typer.Option(
+        None, "--fewer-nodes", metavar="PERCENTS",
+        help="cluster variants: replay on the cluster with these shares of its nodes taken "
+             "away too, e.g. 0,10,20,30 (0: the cluster as written)"),
+    on: SweepOn = typer.Option(
+        SweepOn.LOCAL, "--on",
+        help="where the replays run: local cores, or one Slurm job array (each task runs "
+             "grace simulate; --sweep-dir must be on a file system the nodes share)"),
+    sweep_dir: Path | None = typer.Option(
+        None, "--sweep-dir",
+        help="with --on slurm: the folder for the array's manifest, script, logs and "
+             "results [default: .grace/sweeps/<time>]"),
+    partition: str | None = typer.Option(None, "--partition",
+                                         help="with --on slurm: the partition to submit to"),
+    timeout_s: float = typer.Option(
+        24 * 3600.0, "--timeout", min=1.0, max=30 * 24 * 3600.0,
+        help="with --on slurm: seconds to wait for the array before cancelling it"),
 ) -> None:
-    """Replay one trace under several policies and put them side by side."""
+    """Replay one trace under several policies (and seeds, and cluster variants) side by side.
+
+    The replays run in parallel on local cores (``sim.parallel``), or as one Slurm job
+    array (``--on slurm``, ``sim.slurm_sweep``); either way the results are those the
+    same replays give one after another."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        err.print("[red]error[/red] --policies: no policy named; e.g. --policies fifo,grace")
+        raise typer.Exit(code=2)
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        err.print(f"[red]error[/red] --policies: {', '.join(twice)} named twice; name each "
+                  "policy once")
+        raise typer.Exit(code=2)
     for n in names:
         _check_policy(n)
     model = _estimates(estimates, no_estimates)
     phases = _phasing(checkpoint_phases)
+    seed_list = _seeds(seeds, seed)
+    percents = _percents(fewer_nodes) if fewer_nodes is not None else None
+    if on is not SweepOn.SLURM and (sweep_dir is not None or partition is not None):
+        err.print("[red]error[/red] --sweep-dir and --partition apply to --on slurm; add "
+                  "--on slurm or drop them")
+        raise typer.Exit(code=2)
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
     q = _quotas(quotas, inp)
     fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
-    results = {n: _run(inp, n, seed, q, model, fm, enforce_limits=enforce_limits,
-                       data_path=data_path, phases=phases) for n in names}
+    plan = [(n, s, p) for p in (percents or [0.0]) for n in names for s in seed_list]
+    labels = [_sweep_label(n, s, p, len(seed_list) > 1, percents) for n, s, p in plan]
+    if on is SweepOn.SLURM:
+        shared = _shared_flags(cluster, trace, fmt, columns, quotas, model, enforce_limits,
+                               failures, gpu_mtbf_h, lemon_share, profiles, round_s,
+                               per_job, elastic, data_path, phases)
+        tasks = [SweepTask(label, ["simulate", *shared, "--policy", n, "--seed", str(s),
+                                   *(["--fewer-nodes", f"{p:g}"] if percents else [])])
+                 for label, (n, s, p) in zip(labels, plan, strict=True)]
+        summaries = _on_slurm(tasks, sweep_dir, partition, timeout_s)
+        if not to_stdout(json_out):
+            console.print(_summary_table(summaries))
+        if json_out:
+            _write_json(json_out, summaries)
+        if html_out:
+            err.print("[yellow]note[/yellow] --html needs the replays' series, which a Slurm "
+                      "sweep does not bring back; use --on local for the report")
+        return
+    inputs = [_variant(inp, cluster, fmt, p) for p in (percents or [0.0])]
+    runs = [ReplayRun(label, n, s, q, model, fm, enforce_limits=enforce_limits,
+                      data_path=data_path, checkpoint_phases=phases,
+                      input_index=(percents or [0.0]).index(p),
+                      fewer_nodes_percent=p if percents else None)
+            for label, (n, s, p) in zip(labels, plan, strict=True)]
+    results = dict(zip(labels, _run_many(inputs, runs, workers), strict=True))
     if not to_stdout(json_out):
         console.print(_table(results))
     if json_out:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grace.core.topology import MILLI_UNITS, NodeInfo, Topology
+from grace.sim.cluster_variants import with_fewer_nodes
 from grace.sim.traces.openb import OpenbNode, load_openb_nodes
 from grace.spec.gpus import BUILTIN_GPUS, GpuModel
 from grace.spec.loader import load_cluster
@@ -18,9 +19,15 @@ from grace.spec.loader import load_cluster
 OPENB_NODES_PER_LEAF = 32
 
 
-def load_topology(path: Path | str, fmt: str | None = None) -> Topology:
-    """A Topology from a cluster YAML, or from an openb node-list CSV."""
+def load_topology(path: Path | str, fmt: str | None = None,
+                  fewer_nodes_percent: float = 0.0) -> Topology:
+    """A Topology from a cluster YAML, or from an openb node-list CSV; with
+    ``fewer_nodes_percent``, the YAML's cluster with that share of its nodes taken away
+    (``sim.cluster_variants``)."""
     p = Path(path)
+    if fewer_nodes_percent and p.suffix.lower() == ".csv":
+        raise ValueError(f"--fewer-nodes applies to a cluster YAML, not the node list {p}; "
+                         "drop it or give a cluster YAML")
     if p.suffix.lower() == ".csv":
         if fmt not in (None, "openb"):
             raise ValueError(
@@ -28,7 +35,7 @@ def load_topology(path: Path | str, fmt: str | None = None) -> Topology:
                 "(the openb node list); give a cluster YAML otherwise"
             )
         return topology_from_openb(load_openb_nodes(p), name=p.stem)
-    return Topology.from_spec(load_cluster(p))
+    return Topology.from_spec(with_fewer_nodes(load_cluster(p), fewer_nodes_percent))
 
 
 def topology_from_openb(nodes: list[OpenbNode], name: str = "openb") -> Topology:
