@@ -63,10 +63,10 @@ def main() -> None:
     workers = args.workers or default_workers(len(runs))
 
     t0 = time.perf_counter()
-    parallel = replay_many(inp, runs, workers)
+    parallel = replay_many(inp, runs, workers, keep_jobs=False)  # as grace compare
     parallel_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sequential = replay_many(inp, runs, workers=1)
+    sequential = replay_many(inp, runs, workers=1, keep_jobs=False)
     sequential_s = time.perf_counter() - t0
 
     identical = [comparable(a) == comparable(b) for a, b in zip(parallel, sequential, strict=True)]

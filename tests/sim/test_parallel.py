@@ -139,3 +139,11 @@ def test_a_sweep_of_policies_seeds_and_variants_equals_each_replay_run_alone(
 def test_compare_refuses_bad_sweep_flags(sweep_scene: list[str], extra: list[str], message: str) -> None:
     r = CliRunner().invoke(app, ["compare", *sweep_scene, "--policies", "fifo", *extra])
     assert r.exit_code == 2 and message in " ".join(r.output.split()), r.output
+
+
+def test_job_records_come_back_unless_left_out(sweep_scene: list[str]) -> None:
+    runs = [ReplayRun(p, p) for p in ("fifo", "grace")]
+    kept = replay_many(_input(sweep_scene), runs, workers=2)
+    left = replay_many(_input(sweep_scene), runs, workers=2, keep_jobs=False)
+    assert [len(r.jobs) for r in kept] == [80, 80] and [r.jobs for r in left] == [[], []]
+    assert [_comparable(r) for r in kept] == [_comparable(r) for r in left]

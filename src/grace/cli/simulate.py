@@ -304,7 +304,8 @@ def _run_many(inp: ReplayInput | list[ReplayInput], runs: list[ReplayRun],
         tasks = [progress.add_task(f"replaying with {r.label}", total=1.0) for r in runs]
         try:
             return replay_many(inp, runs, workers,
-                               progress=lambda i, f: progress.update(tasks[i], completed=f))
+                               progress=lambda i, f: progress.update(tasks[i], completed=f),
+                               keep_jobs=False)  # the table, JSON and HTML read no job records
         except ValueError as e:
             err.print(f"[red]error[/red] {e}")
             raise typer.Exit(code=2) from e

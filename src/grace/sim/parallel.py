@@ -22,10 +22,11 @@ import os
 import queue as queue_mod
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grace.core.checkpoint_stagger import CheckpointPhasing
+from grace.core.policies import get_policy
 from grace.sim.estimates import EstimateModel
 from grace.sim.failures import FailureModel
 from grace.sim.metrics import SimResult
@@ -74,6 +75,19 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
+def expected_cost(run: ReplayRun) -> int:
+    """A rank of how long a replay is likely to take, from what its policy does each cycle
+    (backfill reservations, preemption searches, fair-share ordering, leaf locality,
+    re-planning): the replays are handed out longest first, so the last one to start is
+    a short one and the cores finish together (longest-processing-time-first)."""
+    try:
+        p = get_policy(run.policy)
+    except ValueError:
+        return 0  # the replay itself will say so, in its worker
+    return sum((2 * p.backfill, 2 * p.preempts, p.fair_share, p.quotas, p.leaf_locality,
+                2 * p.replan, p.packing != "best-fit", run.data_path, run.failures is not None))
+
+
 def _one(inp: ReplayInput, run: ReplayRun,
          progress: Callable[[float], None] | None) -> SimResult:
     result = replay(inp, run.policy, run.seed, run.quotas, run.estimates, progress=progress,
@@ -83,6 +97,13 @@ def _one(inp: ReplayInput, run: ReplayRun,
     if run.fewer_nodes_percent is not None:
         result.summary["fewer_nodes_percent"] = run.fewer_nodes_percent
     return result
+
+
+def _trimmed(result: SimResult, keep_jobs: bool) -> SimResult:
+    """Without the per-job records unless asked: for Philly they are 37 MB a replay, two
+    seconds to pickle in the worker and two more to unpickle here, one after another,
+    and a comparison reads only summaries, series and the JCT and queue arrays."""
+    return result if keep_jobs else replace(result, jobs=[])
 
 
 def _worker(index: int) -> SimResult:
@@ -96,19 +117,21 @@ def _worker(index: int) -> SimResult:
         with contextlib.suppress(queue_mod.Full):
             updates.put_nowait((index, fraction))
 
-    return _one(inp, run, report)
+    return _trimmed(_one(inp, run, report), _SHARED["keep_jobs"])
 
 
 def replay_many(inp: ReplayInput | Sequence[ReplayInput], runs: Sequence[ReplayRun],
                 workers: int | None = None,
-                progress: Callable[[int, float], None] | None = None) -> list[SimResult]:
+                progress: Callable[[int, float], None] | None = None,
+                keep_jobs: bool = True) -> list[SimResult]:
     """Each run's result, in the order of ``runs``; a run replays input ``input_index``
     of ``inp`` (one input, or several: cluster variants sharing one parsed trace).
 
     ``workers``: processes at once (None: one per run, at most one per core; 1: one
     after another in this process). ``progress(i, fraction)`` is called in this
     process as run ``i`` advances. A replay that raises re-raises here (the others
-    are cancelled or left to end; nothing is half-reported)."""
+    are cancelled or left to end; nothing is half-reported). ``keep_jobs=False`` leaves
+    out each result's per-job records (``SimResult.jobs``, which showback reads)."""
     inputs = [inp] if isinstance(inp, ReplayInput) else list(inp)
     for r in runs:
         if not 0 <= r.input_index < len(inputs):
@@ -116,15 +139,16 @@ def replay_many(inp: ReplayInput | Sequence[ReplayInput], runs: Sequence[ReplayR
                              f"{len(inputs)}")
     n = default_workers(len(runs)) if workers is None else max(1, workers)
     if n == 1 or len(runs) <= 1 or not can_fork():
-        return [_one(inputs[r.input_index], r, _for_run(progress, i))
+        return [_trimmed(_one(inputs[r.input_index], r, _for_run(progress, i)), keep_jobs)
                 for i, r in enumerate(runs)]
     ctx = multiprocessing.get_context("fork")
     updates = ctx.Queue(maxsize=10_000)
-    _SHARED.update(inputs=inputs, runs=list(runs), queue=updates)
+    _SHARED.update(inputs=inputs, runs=list(runs), queue=updates, keep_jobs=keep_jobs)
     try:
         with ProcessPoolExecutor(max_workers=min(n, len(runs)), mp_context=ctx) as pool:
+            longest_first = sorted(range(len(runs)), key=lambda i: -expected_cost(runs[i]))
             futures: dict[Future[SimResult], int] = {
-                pool.submit(_worker, i): i for i in range(len(runs))}
+                pool.submit(_worker, i): i for i in longest_first}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
