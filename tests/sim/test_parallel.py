@@ -135,7 +135,10 @@ def test_a_sweep_of_policies_seeds_and_variants_equals_each_replay_run_alone(
 @pytest.mark.parametrize(("extra", "message"), [
     (["--seeds", "1,x"], "'x' is not a seed"), (["--seeds", "2,2"], "2 given twice"),
     (["--fewer-nodes", "120"], "outside 0 to 90"),
-    (["--sweep-dir", "d"], "apply to --on slurm"), (["--on", "cloud"], "'cloud'")])
+    (["--sweep-dir", "d"], "--sweep-dir with --on local: they apply to --on slurm"),
+    (["--on", "slurm", "--html", "r.html"], "--html with --on slurm"),
+    (["--on", "slurm", "--workers", "2"], "--workers with --on slurm"),
+    (["--on", "cloud"], "'cloud'")])
 def test_compare_refuses_bad_sweep_flags(sweep_scene: list[str], extra: list[str], message: str) -> None:
     r = CliRunner().invoke(app, ["compare", *sweep_scene, "--policies", "fifo", *extra])
     assert r.exit_code == 2 and message in " ".join(r.output.split()), r.output
@@ -147,3 +150,10 @@ def test_job_records_come_back_unless_left_out(sweep_scene: list[str]) -> None:
     left = replay_many(_input(sweep_scene), runs, workers=2, keep_jobs=False)
     assert [len(r.jobs) for r in kept] == [80, 80] and [r.jobs for r in left] == [[], []]
     assert [_comparable(r) for r in kept] == [_comparable(r) for r in left]
+
+
+def test_a_variant_of_a_node_list_cluster_is_refused(tmp_path: Path) -> None:
+    from grace.sim.clusters import load_topology
+
+    with pytest.raises(ValueError, match="--fewer-nodes applies to a cluster YAML"):
+        load_topology(tmp_path / "openb_node_list.csv", "openb", 10.0)

@@ -246,6 +246,22 @@ def _sweep_label(policy: str, seed: int, percent: float, many_seeds: bool,
     return " ".join(parts)
 
 
+def _check_where(on: SweepOn, sweep_dir: Path | None, partition: str | None,
+                 workers: int | None, html_out: Path | None) -> None:
+    """Flags that belong to the other place a compare can run: exit 2 naming them."""
+    if on is SweepOn.SLURM:
+        wrong = [f for f, v in (("--workers", workers), ("--html", html_out)) if v is not None]
+        fix = ("--on slurm runs one replay per array task (--html needs the replays' series, "
+               "which only --on local brings back); drop them or use --on local")
+    else:
+        wrong = [f for f, v in (("--sweep-dir", sweep_dir), ("--partition", partition))
+                 if v is not None]
+        fix = "they apply to --on slurm; add it or drop them"
+    if wrong:
+        err.print(f"[red]error[/red] {' and '.join(wrong)} with --on {on.value}: {fix}")
+        raise typer.Exit(code=2)
+
+
 def _shared_flags(cluster: Path, trace: Path, fmt: str, columns: str | None,
                   quotas: Path | None, model: EstimateModel, enforce_limits: bool | None,
                   failures: bool, gpu_mtbf_h: float, lemon_share: float,
@@ -481,11 +497,13 @@ def compare(
     phases = _phasing(checkpoint_phases)
     seed_list = _seeds(seeds, seed)
     percents = _percents(fewer_nodes) if fewer_nodes is not None else None
-    if on is not SweepOn.SLURM and (sweep_dir is not None or partition is not None):
-        err.print("[red]error[/red] --sweep-dir and --partition apply to --on slurm; add "
-                  "--on slurm or drop them")
-        raise typer.Exit(code=2)
+    _check_where(on, sweep_dir, partition, workers, html_out)
     inp = _load(cluster, trace, fmt, columns, profiles, round_s, per_job, elastic)
+    try:  # built here for --on slurm too: a variant the cluster cannot make fails before sbatch
+        inputs = [_variant(inp, cluster, fmt, p) for p in (percents or [0.0])]
+    except (SpecError, ValueError, OSError) as e:
+        err.print(f"[red]error[/red] {e}")
+        raise typer.Exit(code=2) from e
     q = _quotas(quotas, inp)
     fm = _failure_model(failures, gpu_mtbf_h, lemon_share)
     plan = [(n, s, p) for p in (percents or [0.0]) for n in names for s in seed_list]
@@ -502,11 +520,7 @@ def compare(
             console.print(_summary_table(summaries))
         if json_out:
             _write_json(json_out, summaries)
-        if html_out:
-            err.print("[yellow]note[/yellow] --html needs the replays' series, which a Slurm "
-                      "sweep does not bring back; use --on local for the report")
         return
-    inputs = [_variant(inp, cluster, fmt, p) for p in (percents or [0.0])]
     runs = [ReplayRun(label, n, s, q, model, fm, enforce_limits=enforce_limits,
                       data_path=data_path, checkpoint_phases=phases,
                       input_index=(percents or [0.0]).index(p),
