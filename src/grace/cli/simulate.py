@@ -301,8 +301,13 @@ def _on_slurm(tasks: list[SweepTask], folder: Path | None, partition: str | None
                       TextColumn("{task.completed:.0f}/{task.total:.0f}"),
                       TimeElapsedColumn(), console=err, transient=True) as progress:
             bar = progress.add_task("array tasks done", total=len(tasks))
-            slurm_sweep.wait(cli, job_id, timeout_s,
-                             lambda live: progress.update(bar, completed=len(tasks) - live))
+            try:
+                slurm_sweep.wait(cli, job_id, timeout_s,
+                                 lambda live: progress.update(bar, completed=len(tasks) - live))
+            except KeyboardInterrupt:  # nobody will read the results: free the nodes
+                cli.run("scancel", job_id, check=False)
+                err.print(f"interrupted: Slurm array {job_id} cancelled")
+                raise typer.Exit(code=130) from None
         summaries = slurm_sweep.gather(folder, tasks)
     except (SlurmError, TimeoutError, OSError) as e:
         err.print(f"[red]error[/red] --on slurm: {e}")
@@ -470,7 +475,7 @@ def compare(
     sweep_dir: Path | None = typer.Option(
         None, "--sweep-dir",
         help="with --on slurm: the folder for the array's manifest, script, logs and "
-             "results [default: .grace/sweeps/<time>]"),
+             "results (default: .grace/sweeps/DATE-TIME under this directory)"),
     partition: str | None = typer.Option(None, "--partition",
                                          help="with --on slurm: the partition to submit to"),
     timeout_s: float = typer.Option(

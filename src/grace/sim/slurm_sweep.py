@@ -94,7 +94,7 @@ def wait(cli: SlurmCli, job_id: str, timeout_s: float,
     cancelled and TimeoutError raised."""
     deadline = time.monotonic() + timeout_s
     while True:
-        out = cli.run("squeue", "-h", "-j", job_id, "-o", "%i", check=False)
+        out = cli.run("squeue", "-h", "-r", "-j", job_id, "-o", "%i", check=False)  # a line per task
         live = [line for line in out.splitlines() if line.strip()]
         if progress is not None:
             progress(len(live))
