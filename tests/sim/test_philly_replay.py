@@ -1,6 +1,7 @@
 """The whole Philly job list on the Philly-size clusters: the twin's headline claims.
 
-Slow (about a minute per policy): run in CI, skipped with ``-m "not slow"``.
+Slow (about a minute per policy, the policies replayed at once on the cores there are:
+``sim.parallel``): run in CI, skipped with ``-m "not slow"``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grace.sim.runner import ReplayInput, load_input, replay
+from grace.sim.parallel import ReplayRun, replay_many
+from grace.sim.runner import ReplayInput, load_input
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,9 +24,8 @@ def busy(traces_dir: Path) -> ReplayInput:
 
 @pytest.mark.slow
 def test_grace_beats_easy_backfill_and_fifo_on_philly_busy(busy: ReplayInput) -> None:
-    fifo = replay(busy, "fifo").summary
-    easy = replay(busy, "easy-backfill").summary
-    grace = replay(busy, "grace").summary
+    fifo, easy, grace = (r.summary for r in replay_many(
+        busy, [ReplayRun(p, p) for p in ("fifo", "easy-backfill", "grace")], keep_jobs=False))
     for s in (fifo, easy, grace):  # users' time limits (the default): estimates and kills
         assert s["estimates"] == "user"
         assert s["jobs"] == 82_247
