@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 import yaml
+
+# Every reconcile cycle a test runs (here or in a `grace up` it starts) checks that the
+# snapshot kept across cycles equals one built from scratch (grace.control.live.view_check).
+os.environ["GRACE_VERIFY_VIEWS"] = "1"
 
 HOUR = 3600.0
 #: Four 8-GPU nodes, two to a leaf: small enough that a replay takes milliseconds.

@@ -92,6 +92,8 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, str | int]]] 
     # a member of B may submit for B, not for A: the body's tenant may only repeat the token's
     ("POST", "/jobs"): ("/jobs", {"json": _job("a", "new")},
                         _row(403, admin=OK, operator=OK, member_a=OK)),
+    ("POST", "/jobs:batch"): ("/jobs:batch", {"json": {"jobs": [_job("a", "new")]}},
+                              _row(403, admin=OK, operator=OK, member_a=OK)),
     ("GET", "/jobs"): ("/jobs", {}, USERS_READ),
     ("GET", "/jobs/{job_id}"): ("/jobs/{a}", {}, TENANT_A_READ),
     ("GET", "/jobs/{job_id}/logs"): ("/jobs/{a}/logs", {}, TENANT_A_READ),

@@ -343,17 +343,18 @@ def jobs(state: str | None = typer.Option(None, "--state"),
 
 
 def _jobs_pages(params: dict[str, Any], want: int | None) -> tuple[list[dict[str, Any]], bool]:
-    """Up to ``want`` jobs (every job if None), newest first, paged with limit/offset,
-    and whether more exist. A job submitted meanwhile shifts the pages by one: it is
-    seen at most once (by id)."""
+    """Up to ``want`` jobs (every job if None), newest first, and whether more exist.
+    Paged by id (``after``): a job submitted or ended meanwhile shifts no page, so each
+    job is listed once."""
     rows: dict[int, dict[str, Any]] = {}
-    offset = 0
+    after: dict[str, Any] = {}
     while True:
         size = PAGE if want is None else min(PAGE, want + 1 - len(rows))
-        page = _call("GET", "/jobs", params=params | {"limit": size, "offset": offset})
+        page = _call("GET", "/jobs", params=params | {"limit": size} | after)
         for j in page:
             rows.setdefault(j["id"], j)
-        offset += len(page)
+        if page:
+            after = {"after": page[-1]["id"]}
         if len(page) < size or (want is not None and len(rows) > want):
             break
     listed = list(rows.values())

@@ -133,6 +133,10 @@ class QuotaRequest(BaseModel):
     preemptions_per_hour: int = Field(default=20, ge=0, le=1_000_000)
 
 
+#: Jobs one ``POST /jobs:batch`` may carry (a sweep larger than this is several requests).
+MAX_BATCH = 1000
+
+
 def _problems(err: ValidationError, prefix: str = "") -> list[dict[str, str]]:
     return [{"field": p.path or _field_named_in(p.message), "message": p.message}
             for p in from_validation_error("request", err, prefix).problems]
@@ -319,6 +323,49 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                 job.admission = job.admission or record
             return submitted_with_preflight(jobs, submitted)
 
+    @app.post("/jobs:batch", status_code=201, responses=errors(*WRITE, *BODY))
+    def submit_batch(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:
+        """Up to ``MAX_BATCH`` jobs in one request and one transaction, all stored or none
+        (a sweep's trials, a pipeline's stages, a script's submitter): far fewer round
+        trips and commits than one ``POST /jobs`` each. Each job is checked as ``POST
+        /jobs`` checks it; a problem names its place (``jobs[3].gpus``). Answers
+        ``{"jobs": [...]}``, each entry what ``POST /jobs`` answers, in order."""
+        items = body.get("jobs")
+        if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
+            raise HTTPException(422, detail=[{"field": "jobs", "message": (
+                f"a list of 1 to {MAX_BATCH} job specs, e.g. {{\"jobs\": [{{\"name\": \"a\", "
+                f"\"gpus\": 1, \"command\": [\"python\", \"train.py\"]}}]}}; split a "
+                f"longer list into several requests")}])
+        checked: list[tuple[JobSpec, dict[str, Any] | None]] = []
+        for i, item in enumerate(items):
+            where = f"jobs[{i}]"
+            if not isinstance(item, dict):
+                raise HTTPException(422, detail=[{"field": where, "message":
+                                                  "each job is an object, as POST /jobs takes"}])
+            try:
+                spec = JobSpec.model_validate(_tenant_body(item, who))
+                checked.append((spec, _vet(spec)))
+            except ValidationError as e:
+                raise HTTPException(422, detail=[
+                    {"field": f"{where}.{p['field']}".rstrip("."), "message": p["message"]}
+                    for p in _problems(e)]) from e
+            except HTTPException as e:
+                if e.status_code != 422 or not isinstance(e.detail, list):
+                    raise
+                raise HTTPException(422, detail=[
+                    {"field": f"{where}.{p['field']}".rstrip("."), "message": p["message"]}
+                    for p in e.detail]) from e
+        out: list[dict[str, Any]] = []
+        with store.transaction() as s:
+            now = clock()
+            for spec, record in checked:
+                jobs = submit_with_preflight(s, spec, who, now, _vet)
+                for job in jobs:
+                    job.owner = job.owner or who.token_id
+                    job.admission = job.admission or record
+                out.append(submitted_with_preflight(jobs, submitted))
+        return {"jobs": out}
+
     def _tenant_body(body: dict[str, Any], who: Principal) -> dict[str, Any]:
         """``body`` for ``who``'s tenant: a member's may only repeat it (403 otherwise)."""
         body = dict(body)
@@ -357,6 +404,9 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                   tenant: str | None = Query(None, max_length=MAX_NAME_CHARS),
                   limit: int = Query(200, ge=1, le=1000, description="at most this many"),
                   offset: int = Query(0, ge=0, le=MAX_INT32, description="skip this many"),
+                  after: int | None = Query(None, ge=1, le=MAX_INT32, description=(
+                      "only jobs older than this id: the last id of the page before "
+                      "(keyset paging; cheaper and steadier than offset)")),
                   who: Principal = viewer) -> list[dict[str, Any]]:
         if state is not None and state not in {s.value for s in JobState}:
             raise HTTPException(422, detail=[{"field": "state", "message":
@@ -369,7 +419,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         with store.read() as s:
             return [_job_summary(j) for j in repo.list_jobs(
                 s, state=JobState(state) if state else None, tenant=tenant,
-                limit=limit, offset=offset)]
+                limit=limit, offset=offset, after=after)]
 
     @app.get("/jobs/{job_id}", responses=errors(*READ, 404))
     def show(job_id: JobId, who: Principal = viewer) -> dict[str, Any]:

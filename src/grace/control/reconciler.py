@@ -94,7 +94,7 @@ class Reconciler:
         self.observer = Observer(self.ctx, self.stragglers)
         self.watches = Watches(self.ctx, self.ends, self.stragglers)
         self.early_stop = EarlyStopWatch(self.ctx, self.ends)  # sweeps' weak trials
-        self.views = ViewBuilder(self.ctx)
+        self.views = ViewBuilder(self.ctx, self.ctx.mirror)
         self.applier = Applier(self.ctx, self.ends)
         if not defer_writes:  # a standby defers them until it leads (recover registers them)
             self._ensure_nodes()
@@ -143,17 +143,22 @@ class Reconciler:
     # ----------------------------------------------------------------- the cycle
     def cycle(self) -> CycleReport:
         t0 = time.perf_counter()
+        commits0 = self.store.commit_seconds
         self._ensure_nodes()
         report = CycleReport()
+        phases = report.phases
         now = self.clock()
+        lap = _Laps(phases)
         for job_id, number in sorted(self.ctx.unreaped):
             if settle(self.ctx, self.ends, job_id, number, now):
                 report.requeued.append(job_id)
         for obs in self.backend.poll():
             self.observer.observe(obs, now, report)
+        lap("observe")
         self.health.cycle(now)
         # Slurm's own node states, both ways
         sync_node_states(self.store, self.backend, now, self.health.config)
+        lap("health")
         self.watches.cycle(now)
         self.early_stop.cycle(now)
         self.applier.cancellations(now)
@@ -161,11 +166,18 @@ class Reconciler:
             self.ends.sent = 0  # as the twin fails a node's jobs in the instant it fails
             for obs in self.backend.poll():
                 self.observer.observe(obs, now, report)
+        lap("watches")
         view = self.views.build(now)
+        lap("load")
         self.applier.unrunnable(view, now)
         self._burst(view.state, view.reasons, now)
+        lap("apply")
         result = decide(view.state, now)
+        lap("decide")
+        self.views.decided(result)
         self.applier.apply(result, view, now, report)
+        lap("apply")
+        phases["commit"] = self.store.commit_seconds - commits0
         report.pending = len(view.state.pending) - len(result.starts)
         report.running = len(view.state.running) + len(result.starts)
         report.seconds = time.perf_counter() - t0
@@ -187,6 +199,7 @@ class Reconciler:
         cloud = self.bursting
         if cloud is None:
             return
+        self.views.incremental = False  # it edits the snapshot: a fresh one every cycle
         unrouted = cloud.unrouted(state)
         specs: dict[int, dict] = {}
         if unrouted:
@@ -214,6 +227,19 @@ class Reconciler:
         with self.ends.transaction() as s:
             self.applier._end(s, job_id, now, EndCause.PREEMPT, JobState.PENDING, reason,
                               JobEventKind.PREEMPTED)
+
+
+class _Laps:
+    """Adds the seconds since the last lap to a phase of the cycle's report."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases
+        self.t = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        t = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + t - self.t
+        self.t = t
 
 
 __all__ = ["DIVERGED_EXIT_CODE", "CycleReport", "Reconciler"]

@@ -90,6 +90,8 @@ class Applier:
 
     def cancellations(self, now: float) -> None:
         """Cancels and requeues users asked for through the API (flags on the job)."""
+        if self.ctx.mirror.loaded and not self.ctx.mirror.asked_to_end():
+            return  # the mirror was refreshed this cycle (watches): no flag is set
         with self.ends.transaction() as s:
             for job in flows.requeue_requested(s):
                 job.requeue_requested = False
@@ -294,7 +296,7 @@ class Applier:
             return
         with self.ctx.store.transaction() as s:
             # one query for them all, not one per job (held: the session only keeps weak refs)
-            loaded = repo.jobs_in_states(s, [JobState.PENDING]) if len(changed) > 20 else []
+            loaded = repo.jobs_by_id(s, changed) if len(changed) > 20 else []
             for job_id, why in changed.items():
                 repo.set_pending_reason(s, job_id, why)
             del loaded

@@ -10,6 +10,7 @@ from pathlib import Path
 from grace.backends.base import Backend
 from grace.control.admission import Admission
 from grace.control.kms import KeyEncryptionService
+from grace.control.live.mirror import StoreMirror
 from grace.control.snapshot import JobCompiler
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
@@ -80,6 +81,9 @@ class LiveContext:
     admission: Admission | None = None  # vetted code (grace up --admission); None: any command
     kms: KeyEncryptionService | None = None  # wraps each job's checkpoint data key; None: plaintext
     compiler: JobCompiler = field(init=False)
+    # the live jobs as last read (the change feed keeps it current): what the view, the
+    # watches and the health intake read instead of loading every live job each cycle
+    mirror: StoreMirror = field(default_factory=StoreMirror)
     # attempts whose processes survived reap(): held, retried each cycle (a cache: recovery
     # after a restart finds them again as live attempts nothing can adopt)
     unreaped: set[tuple[int, int]] = field(default_factory=set)

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
 def last_heartbeat(attempt_dir: Path) -> float | None:
     """When any rank of the attempt last wrote a heartbeat (the runtime's jsonl files)."""
     newest = None
-    for f in attempt_dir.glob("heartbeats-rank*.jsonl"):
-        try:
-            m = f.stat().st_mtime
-        except OSError:
-            continue
-        newest = m if newest is None else max(newest, m)
+    try:  # one scandir, no glob: the watches ask this of every running attempt each cycle
+        with os.scandir(attempt_dir) as entries:
+            for f in entries:
+                if not (f.name.startswith("heartbeats-rank") and f.name.endswith(".jsonl")):
+                    continue
+                try:
+                    m = f.stat().st_mtime
+                except OSError:
+                    continue
+                newest = m if newest is None else max(newest, m)
+    except OSError:  # no directory (yet): no heartbeat
+        return None
     return newest
 
 

@@ -42,6 +42,10 @@ class HealthIntake:
 
     def cycle(self, now: float) -> HealthEffects:
         effects = HealthEffects()
+        with self.ctx.store.read() as s:
+            if not repo.health_work_waits(s):
+                return effects  # no signal, no node draining or diagnosing: nothing moves
+            self.ctx.mirror.refresh(s)
         with self.ends.transaction() as s:
             monitor = load_monitor(s, self.config, now)
             was_open = monitor.breaker_open
@@ -51,7 +55,7 @@ class HealthIntake:
                     continue
                 effects.take(monitor.observe(Signal(row.node, SignalKind(row.kind), row.at,
                                                     row.code, row.detail)))
-            busy = _busy_nodes(s)
+            busy = self.ctx.mirror.busy_nodes()
             for name in sorted(self.ctx.topo.by_name):
                 if monitor.state(name) is NodeState.DRAINING and name not in busy:
                     effects.take(monitor.jobs_left(name, now))
@@ -109,11 +113,6 @@ class HealthIntake:
                         e["node"] == r.node for e in a.placement_json):
                     self.ends.request(a, cause, now, r.node if r.node_at_fault else None,
                                       r.reason, self.ctx.settings.fail_grace_s)
-
-
-def _busy_nodes(s: Session) -> set[str]:
-    """Nodes some live attempt holds (even one already asked to end: its processes run)."""
-    return {e["node"] for a in repo.running_attempts(s) for e in a.placement_json}
 
 
 __all__ = ["HealthIntake"]

@@ -46,6 +46,11 @@ class CycleReport:
     pending: int = 0
     running: int = 0
     seconds: float = 0.0
+    #: seconds per phase: observe (the backend's news), health (signals, drains, Slurm's
+    #: node states), watches (heartbeats, stragglers, evictions, early stopping, cancels),
+    #: load (the store's changes into the kept snapshot), decide, apply (decisions and
+    #: reasons written); commit: the part of all of them spent committing (it overlaps)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def failure_kind(obs: Observation) -> FailureKind:

@@ -8,17 +8,21 @@ lock that every submission needs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
 from grace.control.live.context import LiveContext
-from grace.control.snapshot import DemandTracker, RunningEntry, build_state, nodes_to_placement
+from grace.control.live.mirror import JobRow, StoreMirror
+from grace.control.live.view_check import differences
+from grace.control.snapshot import DemandTracker, RunningEntry, _free, nodes_to_placement
 from grace.control.store import exclusions
 from grace.control.store import repository as repo
 from grace.control.store import workflow as flows
 from grace.control.store.models import Job, JobState
-from grace.core.health import IN_SERVICE, NodeState
+from grace.core.decisions import DecideResult
 from grace.core.jobs import JobCompileError, JobId, PendingJob
 from grace.core.quotas import TenantQuota
 from grace.core.service import attained_from_attempts
@@ -50,66 +54,187 @@ def quotas(s: Session) -> dict[str, TenantQuota]:
         weight=t.weight, preemptions_per_hour=t.preemptions_per_hour) for t in repo.tenants(s)}
 
 
-class ViewBuilder:
-    def __init__(self, ctx: LiveContext) -> None:
-        self.ctx = ctx
-        self.demand = DemandTracker(ctx.topo) if ctx.policy.packing == "fragmentation" else None
+class Slot(StrEnum):
+    """How a job is in the kept ``SchedulerState``."""
 
-    def compile(self, job: Job, now: float, failed: list[tuple[int, str]]) -> PendingJob | None:
+    RUNNING = "running"  # its live attempt's job runs: it holds its placement
+    ENDING = "ending"  # a live attempt of a job stopped or preempted: holds it until it ends
+    PENDING = "pending"  # waiting, offered to decide
+
+
+class ViewBuilder:
+    """Core's snapshot of the store, kept across cycles and brought up to date by deltas.
+
+    The first cycle builds the state from every live job; later ones take the jobs the
+    change feed names (``StoreMirror``), take each out of the state and put it back as the
+    store now says. Some jobs are re-read every cycle whatever the feed says, because
+    what they are in the snapshot depends on more than their own rows: ones whose attempt
+    is still ending (they hold GPUs only where no running job took them), ones the
+    workflow gate judges (a parent's end admits them), ones with time-limited node
+    exclusions, ones that did not compile, and ones the last ``decide`` named (the store
+    says whether their start or end was carried out). ``incremental = False`` builds
+    from scratch every cycle (cloud bursting edits the snapshot it is given)."""
+
+    def __init__(self, ctx: LiveContext, mirror: StoreMirror | None = None) -> None:
+        self.ctx = ctx
+        self.mirror = mirror if mirror is not None else StoreMirror()
+        self.demand = DemandTracker(ctx.topo) if ctx.policy.packing == "fragmentation" else None
+        self.incremental = True
+        self.state: SchedulerState | None = None
+        self._slots: dict[int, Slot] = {}
+        self._unusable: set[str] = set()
+        self._again: set[int] = set()  # jobs to re-read next cycle (see the class docstring)
+        self._flowing: set[int] = set()  # waiting jobs the workflow gate has a say over
+        self._excluded: set[int] = set()  # waiting jobs with node exclusions (they expire)
+        self._ending: set[int] = set()  # jobs with a live attempt but not running
+
+    def compile(self, job: Job | JobRow, now: float,
+                failed: list[tuple[int, str]]) -> PendingJob | None:
         """The job as core sees it; None, and the job noted in ``failed``, if it can no
         longer run on this cluster."""
         try:
             return self.ctx.compiler.compile(job.id, job.restarts, job.spec_json,
-                                             job.submitted_at, exclusions.active_names(job, now))
+                                             job.submitted_at,
+                                             exclusions.names_in_force(job.exclude_nodes, now))
         except JobCompileError as e:
             if job.state in (JobState.PENDING, JobState.RUNNING):
                 failed.append((job.id, str(e)))
             return None
 
+    def decided(self, result: DecideResult) -> None:
+        """The jobs ``decide`` named are re-read next cycle: what was carried out is the
+        store's to say (a launch may fail, a job may end meanwhile)."""
+        self._again.update(int(x.job_id) for x in result.starts)
+        self._again.update(int(x.job_id) for x in result.stops)
+        self._again.update(int(x.job_id) for x in result.preemptions)
+
     def build(self, now: float) -> CycleView:
-        failed: list[tuple[int, str]] = []
         with self.ctx.store.read() as s:
-            unusable = {n.name for n in repo.nodes(s) if NodeState(n.state) not in IN_SERVICE}
-            # every live attempt holds its GPUs, even one whose job was just preempted or
-            # stopped and whose processes are still ending; such a job waits for them
-            running: list[RunningEntry] = []
-            ending: list[RunningEntry] = []
-            holding: set[int] = set()
-            unplaceable: list[tuple[int, int]] = []
-            for a in repo.running_attempts(s):
-                if a.job_id in holding:
-                    continue
-                pj = self.compile(a.job, now, failed)
-                if pj is None:
-                    unplaceable.append((a.job_id, a.number))
-                    continue
-                holding.add(a.job_id)
-                (running if a.job.state == JobState.RUNNING else ending).append(
-                    (pj, nodes_to_placement(self.ctx.topo, a.placement_json),
-                     a.started_at or now, bool(a.borrowing)))
-            pending: dict[JobId, PendingJob] = {}
-            reasons: dict[int, str | None] = {}
-            flowing: list[Job] = []
-            for job in repo.jobs_in_states(s, [JobState.PENDING]):
-                if job.id in holding:
-                    continue
-                pj = self.compile(job, now, failed)
-                if pj is not None:
-                    pending[JobId(job.id)] = pj
-                    reasons[job.id] = job.reason
-                    if flows.has_workflow(job):
-                        flowing.append(job)
-            gated, never = self._gate(s, flowing, running + ending, pending)
-            self._with_service(s, [e[0] for e in running + ending] + list(pending.values()))
+            self.mirror.refresh(s)
+            changed = self.mirror.take_changed()
+            state = self.state
+            if state is None or not self.incremental:
+                state = SchedulerState(self.ctx.topo, self.ctx.policy, quotas(s),
+                                       self.demand.demand if self.demand else None)
+                self._slots.clear()
+                self._unusable = set()
+                self._flowing.clear()
+                self._excluded.clear()
+                self._ending.clear()
+                dirty = set(self.mirror.jobs)
+            else:
+                state.quotas = quotas(s)
+                dirty = changed | self._again | self._flowing | self._excluded | self._ending
+                for job_id in dirty:
+                    self._take_out(state, job_id, now)
+            self._again = set()
+            self._set_usable(s, state)
+            for u in state.usage.values():
+                u.preemption_times.clear()
+            state.restore_preemptions(repo.recent_preemptions(s, now - PREEMPTION_WINDOW_S))
             self._catch_up(s, now)
-            state = build_state(self.ctx.topo, self.ctx.policy, quotas(s), running,
-                                list(pending.values()), unusable, ending,
-                                repo.recent_preemptions(s, now - PREEMPTION_WINDOW_S),
-                                self.demand.demand if self.demand else None)
-        return CycleView(state, pending, reasons, failed, unplaceable, gated, never)
+            view = self._put_back(s, state, sorted(dirty), now)
+        self.state = state if self.incremental else None
+        if self.verify and self.incremental:
+            self._check(view, now)
+        return view
+
+    #: after each build, compare with a snapshot built from scratch and raise if they
+    #: differ (tests/conftest.py sets it for the suite; the cost is a full build)
+    #: ``GRACE_VERIFY_VIEWS=1`` in the environment sets it in every process (``grace up``
+    #: started by a test too)
+    verify = os.environ.get("GRACE_VERIFY_VIEWS") == "1"
+
+    def _check(self, view: CycleView, now: float) -> None:
+        fresh_builder = ViewBuilder(self.ctx, StoreMirror())
+        fresh_builder.verify = False
+        fresh_builder.demand = self.demand  # caught up already: reads nothing more
+        fresh = fresh_builder.build(now)
+        wrong = differences(view.state, fresh.state, now)
+        for part in ("pending", "reasons", "failed", "unplaceable", "gated", "never"):
+            mine, theirs = getattr(view, part), getattr(fresh, part)
+            if (sorted(mine) if part == "pending" else mine) != (
+                    sorted(theirs) if part == "pending" else theirs):
+                wrong.append(f"view.{part}: kept {mine!r:.400} but fresh {theirs!r:.400}")
+        if wrong:
+            raise AssertionError("the kept snapshot differs from a fresh one:\n"
+                                 + "\n".join(wrong))
+
+    def _take_out(self, state: SchedulerState, job_id: int, now: float) -> None:
+        slot = self._slots.pop(job_id, None)
+        self._flowing.discard(job_id)
+        self._excluded.discard(job_id)
+        self._ending.discard(job_id)
+        if slot is Slot.PENDING:
+            state.withdraw(JobId(job_id))
+        elif slot is not None:
+            state.finish(JobId(job_id), now)
+
+    def _set_usable(self, s: Session, state: SchedulerState) -> None:
+        """Nodes out of service (drained, failed, diagnosing) are out of placement."""
+        unusable = {n for n in repo.node_names_out_of_service(s) if n in self.ctx.topo.by_name}
+        for name in unusable ^ self._unusable:
+            state.set_node_usable(self.ctx.topo.by_name[name], name not in unusable)
+        self._unusable = unusable
+
+    def _put_back(self, s: Session, state: SchedulerState, ids: list[int],
+                  now: float) -> CycleView:
+        """Put ``ids`` (taken out, or never in) into ``state`` as the mirror says: running
+        attempts first, then ending ones where their GPUs are still free, then the waiting
+        jobs the workflow gate admits. Returns the cycle's view."""
+        mirror = self.mirror
+        failed: list[tuple[int, str]] = []
+        unplaceable: list[tuple[int, int]] = []
+        running: list[tuple[int, RunningEntry]] = []
+        ending: list[tuple[int, RunningEntry]] = []
+        pending: dict[JobId, PendingJob] = {}
+        flowing: list[JobRow] = []
+        for job_id in ids:
+            row = mirror.jobs.get(job_id)
+            if row is None:
+                continue
+            attempt = mirror.attempts.get(job_id)
+            pj = self.compile(row, now, failed)
+            if pj is None:
+                self._again.add(job_id)
+                if attempt is not None:
+                    unplaceable.append((job_id, attempt.number))
+                continue
+            if attempt is not None:
+                entry: RunningEntry = (pj, nodes_to_placement(self.ctx.topo,
+                                                              attempt.placement_json),
+                                       attempt.started_at or now, attempt.borrowing)
+                (running if row.state == JobState.RUNNING else ending).append((job_id, entry))
+            elif row.state == JobState.PENDING:
+                pending[JobId(job_id)] = pj
+                if row.exclude_nodes:
+                    self._excluded.add(job_id)
+                if flows.flows_in(row.held, row.spec_json, row.array_limit):
+                    flowing.append(row)
+                    self._flowing.add(job_id)
+        holding = set(mirror.attempts) - {job_id for job_id, _ in unplaceable}
+        gated, never = self._gate(s, flowing, holding, pending)
+        self._with_service(s, [e[1][0] for e in running + ending] + list(pending.values()))
+        for job_id, (job, placement, started_at, *borrowing) in running:
+            state.submit(job)
+            state.start(JobId(job_id), placement, started_at, bool(borrowing and borrowing[0]))
+            self._slots[job_id] = Slot.RUNNING
+        for job_id, (job, placement, started_at, *borrowing) in ending:
+            self._ending.add(job_id)
+            if _free(state.capacity, placement):
+                state.submit(job)
+                state.start(JobId(job_id), placement, started_at,
+                            bool(borrowing and borrowing[0]))
+                self._slots[job_id] = Slot.ENDING
+        for job_id, job in pending.items():
+            state.submit(job)
+            self._slots[int(job_id)] = Slot.PENDING
+        reasons = {row.id: row.reason for row in mirror.jobs.values()
+                   if row.state == JobState.PENDING and row.id not in mirror.attempts}
+        return CycleView(state, dict(state.pending), reasons, failed, unplaceable, gated, never)
 
     @staticmethod
-    def _gate(s: Session, jobs: list[Job], holding: list[RunningEntry],
+    def _gate(s: Session, jobs: list[JobRow], holding: set[int],
               pending: dict[JobId, PendingJob]) -> tuple[dict[int, str], list[NeverSatisfied]]:
         """Take out of ``pending`` the jobs core's workflow gate does not admit this cycle
         (held, waiting on a dependency, over their array's limit); their reasons, and the
@@ -119,10 +244,10 @@ class ViewBuilder:
         groups = {j.array_id for j in jobs if j.array_limit}
         active: dict[int, int] = {}
         if groups:
-            held = {int(e[0].id) for e in holding}
-            for group, count in flows.active_in_groups(s, groups, held).items():
+            for group, count in flows.active_in_groups(s, groups, holding).items():
                 active[group] = count
-        facts = [flows.facts(j) for j in jobs]
+        facts = [flows.facts_of(j.id, j.held, j.spec_json, j.array_id, j.array_index,
+                                j.array_limit) for j in jobs]
         parents = flows.parents(s, (d.job for f in facts for d in f.dependencies))
         result = gate(facts, parents, active)
         for jid in [*result.waiting, *(n.job_id for n in result.never)]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from grace.control.live.context import LiveContext
 from grace.control.live.ending import EndRequests
 from grace.control.live.files import last_heartbeat
+from grace.control.live.mirror import StoreMirror
 from grace.control.live.observe import attempt_of
 from grace.control.snapshot import build_state
 from grace.control.store import exclusions
@@ -38,11 +40,11 @@ class LiveAttempt:
     ending: bool  # an end was requested already
 
 
-def live_attempts(s: Session, now: float) -> list[LiveAttempt]:
-    """The attempts of running jobs, read once per cycle for the watches."""
-    return [LiveAttempt((a.job_id, a.number), a.started_at or now,
-                        tuple(e["node"] for e in a.placement_json), a.end_cause is not None)
-            for a in repo.running_attempts(s) if a.job.state == JobState.RUNNING]
+def live_attempts(mirror: StoreMirror, now: float) -> list[LiveAttempt]:
+    """The attempts of running jobs, from the mirror (refreshed once per cycle)."""
+    return [LiveAttempt((a.job_id, a.number), a.started_at or now, a.nodes,
+                        a.end_cause is not None)
+            for a in mirror.live_attempts() if mirror.jobs[a.job_id].state == JobState.RUNNING]
 
 
 class Watches:
@@ -50,11 +52,24 @@ class Watches:
         self.ctx = ctx
         self.ends = ends
         self.stragglers = stragglers
+        # each live attempt's directory, made once (at thousands of attempts, building the
+        # paths every cycle cost more than reading the files)
+        self._dirs: dict[tuple[int, int], Path] = {}
+
+    def _dir(self, key: tuple[int, int]) -> Path:
+        path = self._dirs.get(key)
+        if path is None:
+            path = self._dirs[key] = self.ctx.dirs.attempt(*key)
+        return path
 
     def cycle(self, now: float) -> None:
         with self.ctx.store.read() as s:
-            live = live_attempts(s, now)
-            evictions = {n.name: n.evict_reason for n in repo.nodes(s) if n.evict_reason}
+            self.ctx.mirror.refresh(s)
+            live = live_attempts(self.ctx.mirror, now)
+            evictions = repo.evictions(s)
+        if len(self._dirs) > 2 * len(live):
+            keep = {a.key for a in live}
+            self._dirs = {k: v for k, v in self._dirs.items() if k in keep}
         hung = self._hung(live, now)
         moves = self._stragglers(live, now)
         with self.ends.transaction() as s:
@@ -78,7 +93,7 @@ class Watches:
         for a in live:
             if a.ending or now - a.started_at < timeout:
                 continue
-            last = last_heartbeat(self.ctx.dirs.attempt(*a.key))
+            last = last_heartbeat(self._dir(a.key))
             if last is not None and now - last > timeout:
                 out.append((a.key, f"no heartbeat for {now - last:.0f}s (timeout "
                                    f"{timeout:.0f}s): hung"))
@@ -93,7 +108,7 @@ class Watches:
         for a in live:
             if a.ending:
                 continue
-            for found in self.stragglers.observe(a.key, self.ctx.dirs.attempt(*a.key), a.nodes,
+            for found in self.stragglers.observe(a.key, self._dir(a.key), a.nodes,
                                                  a.started_at, now):
                 out.append((a.key, found))
                 break  # one move per attempt: the next attempt is judged afresh

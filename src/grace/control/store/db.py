@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +45,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
+from grace.control.store import changes
 from grace.control.store.audit import has_staged, write_staged
 from grace.control.store.errors import Fenced, StaleWrite
 
@@ -165,6 +167,9 @@ class Store:
         #: fenced (tests, tools, a standby that writes nothing). Set by ``grace up``.
         self.fence: tuple[str, int] | None = None
         self._store_id: str | None = None
+        #: seconds spent in COMMIT (and the flush before it) since the store was opened:
+        #: the reconcile cycle's ``commit`` phase (benchmarks/control_plane.py)
+        self.commit_seconds = 0.0
         #: what the repository's hooks read from the server's config, in every write
         #: session's ``info`` (the per-tenant webhooks: grace.control.notify.outbox)
         self.session_info: dict[str, Any] = {}
@@ -172,6 +177,7 @@ class Store:
         self._reader = sessionmaker(engine.execution_options(**{_READ_ONLY: True}),
                                     expire_on_commit=False)
         event.listen(self._reader, "before_flush", _refuse_writes)
+        changes.track(self._writer)
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -210,10 +216,13 @@ class Store:
                 yield session
                 # the audit entries last, before the fence: see store.audit for why
                 write_staged(session)
+                changes.stamp(session)  # the change feed's number: last, it orders commits
                 fence = self.fence
                 if fence is not None:
                     session.flush()  # the changes first: the lease row stays locked for less
                     self._check_fence(session, *fence)
+                t0 = time.perf_counter()
+            self.commit_seconds += time.perf_counter() - t0
         except StaleDataError as e:
             raise StaleWrite(f"the job changed since it was read; read it again ({e})") from e
         finally:

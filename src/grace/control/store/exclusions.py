@@ -27,9 +27,14 @@ _WAITING_OR_RUNNING = (JobState.PENDING, JobState.RUNNING)
 
 
 def _entries(job: Job) -> list[dict[str, Any]]:
+    return entries_of(job.exclude_nodes)
+
+
+def entries_of(column: list[Any] | None) -> list[dict[str, Any]]:
+    """``Job.exclude_nodes`` as entries (a bare node name is an entry of an older store)."""
     return [e if isinstance(e, dict) else {"node": str(e), "reason": "", "cause": "node",
                                             "at": None, "until": None}
-            for e in job.exclude_nodes or ()]
+            for e in column or ()]
 
 
 def active(job: Job, now: float) -> list[dict[str, Any]]:
@@ -38,7 +43,13 @@ def active(job: Job, now: float) -> list[dict[str, Any]]:
 
 
 def active_names(job: Job, now: float) -> list[str]:
-    return sorted({str(e["node"]) for e in active(job, now)})
+    return names_in_force(job.exclude_nodes, now)
+
+
+def names_in_force(column: list[Any] | None, now: float) -> list[str]:
+    """The nodes of ``Job.exclude_nodes`` whose entries are in force at ``now``, sorted."""
+    return sorted({str(e["node"]) for e in entries_of(column)
+                   if e.get("until") is None or float(e["until"]) > now})
 
 
 def exclude(job: Job, node: str, reason: str, cause: str, now: float,

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Dialect,
@@ -189,6 +190,16 @@ class StoreMeta(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class ChangeClock(Base):
+    """One row: the store's change sequence (store.changes). Bumped last in a writing
+    transaction, so its row lock orders commits and a reader never skips a number."""
+
+    __tablename__ = "change_clock"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+
+
 class Lease(Base):
     """Who may write: the active control plane holds ``leader`` and renews it.
 
@@ -242,6 +253,10 @@ class Job(Base):
         CheckConstraint(_in("state", JobState), name="state"),
         Index(None, "state"),
         Index(None, "tenant"),
+        Index(None, "change_seq"),
+        # listings page newest first within a state or a tenant (GET /jobs?after=ID)
+        Index(None, "state", "id"),
+        Index(None, "tenant", "id"),
         # never reuse an id, even of a rolled-back insert's successor: ids name job directories
         {"sqlite_autoincrement": True},
     )
@@ -280,6 +295,9 @@ class Job(Base):
     array_limit: Mapped[int | None]
     array_kind: Mapped[str | None] = mapped_column(String(16))  # "array" or "sweep"
     version: Mapped[int] = mapped_column(default=1)
+    # the change clock's value at the last commit that wrote the job or an attempt of it
+    # (store.changes stamps it; the reconciler reads only jobs changed since its last cycle)
+    change_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number")

@@ -55,7 +55,7 @@ from grace.control.store.models import (
     StoreMeta,
     Tenant,
 )
-from grace.core.health import NodeState, check_transition
+from grace.core.health import IN_SERVICE, NodeState, check_transition
 from grace.core.quotas import TenantQuota
 from grace.spec.job import JobSpec
 
@@ -254,9 +254,13 @@ def require_job(session: Session, job_id: int) -> Job:
 
 
 def list_jobs(session: Session, state: JobState | None = None, tenant: str | None = None,
-              limit: int = 200, offset: int = 0) -> list[Job]:
-    """Jobs newest first, optionally of one state and/or tenant."""
+              limit: int = 200, offset: int = 0, after: int | None = None) -> list[Job]:
+    """Jobs newest first, optionally of one state and/or tenant; ``after``: only jobs
+    older than that id (keyset paging: a page costs the same at any depth, and a job
+    submitted or ended meanwhile never shifts one into the next page twice or never)."""
     query = select(Job).order_by(Job.id.desc()).limit(limit).offset(offset)
+    if after is not None:
+        query = query.where(Job.id < after)
     if state is not None:
         query = query.where(Job.state == JobState(state))
     if tenant is not None:
@@ -269,6 +273,15 @@ def jobs_in_states(session: Session, states: Iterable[JobState]) -> list[Job]:
     wanted = [JobState(s) for s in states]
     return list(session.scalars(select(Job).where(Job.state.in_(wanted)).order_by(Job.id)
                                 .options(selectinload(Job.attempts))))
+
+
+def jobs_by_id(session: Session, ids: Iterable[int]) -> list[Job]:
+    """The jobs of ``ids`` that exist (in queries of at most 5,000 ids each)."""
+    wanted = sorted(set(ids))
+    out: list[Job] = []
+    for i in range(0, len(wanted), 5000):
+        out += session.scalars(select(Job).where(Job.id.in_(wanted[i:i + 5000])))
+    return out
 
 
 def jobs_after(session: Session, job_id: int) -> list[Job]:
@@ -608,6 +621,29 @@ def require_node(session: Session, name: str) -> Node:
 
 def nodes(session: Session) -> list[Node]:
     return list(session.scalars(select(Node).order_by(Node.name)))
+
+
+def node_names_out_of_service(session: Session) -> set[str]:
+    """Nodes no job may be placed on now (drained, draining, failed, diagnosing...)."""
+    return set(session.scalars(select(Node.name).where(
+        Node.state.not_in([NodeState(s) for s in IN_SERVICE]))))
+
+
+def health_work_waits(session: Session) -> bool:
+    """Has the health intake anything to do: a signal not handled yet, a node draining
+    (its last job may have left) or diagnosing, a diagnostic level left behind?"""
+    signal = session.scalar(select(HealthSignalRow.id).where(HealthSignalRow.handled_at.is_(None))
+                            .limit(1))
+    node = session.scalar(select(Node.name).where(
+        Node.state.in_([NodeState.DRAINING, NodeState.DIAGNOSING])
+        | Node.diagnostic_level.is_not(None)).limit(1))
+    return signal is not None or node is not None
+
+
+def evictions(session: Session) -> dict[str, str]:
+    """Planned drains asked for and not yet carried out: node -> reason."""
+    return {name: str(reason) for name, reason in session.execute(
+        select(Node.name, Node.evict_reason).where(Node.evict_reason.is_not(None)))}
 
 
 def node_events(session: Session, name: str) -> list[NodeEvent]:

@@ -15,6 +15,7 @@ moves ``scontrol`` makes:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -94,13 +95,25 @@ def requeue_requested(session: Session) -> list[Job]:
 
 def facts(job: Job) -> WorkflowFacts:
     """The job as the gate sees it (its dependencies are in the spec, the rest in columns)."""
-    deps = tuple(Dep(DependencyKind(d["kind"]), int(d["job"])) for d in job.spec_json.get("dependency") or ())
-    return WorkflowFacts(job.id, bool(job.held), deps, job.array_id, job.array_index or 0,
-                         job.array_limit)
+    return facts_of(job.id, job.held, job.spec_json, job.array_id, job.array_index,
+                    job.array_limit)
+
+
+def facts_of(job_id: int, held: bool, spec_json: dict[str, Any], array_id: int | None,
+             array_index: int | None, array_limit: int | None) -> WorkflowFacts:
+    """``facts`` from the columns themselves (the reconciler's mirror reads no ORM rows)."""
+    deps = tuple(Dep(DependencyKind(d["kind"]), int(d["job"]))
+                 for d in spec_json.get("dependency") or ())
+    return WorkflowFacts(job_id, bool(held), deps, array_id, array_index or 0, array_limit)
 
 
 def has_workflow(job: Job) -> bool:
-    return bool(job.held or job.spec_json.get("dependency") or job.array_limit)
+    return flows_in(job.held, job.spec_json, job.array_limit)
+
+
+def flows_in(held: bool, spec_json: dict[str, Any], array_limit: int | None) -> bool:
+    """Does the workflow gate have a say over the job (held, a dependency, an array limit)?"""
+    return bool(held or spec_json.get("dependency") or array_limit)
 
 
 _OUTCOME = {JobState.PENDING: Outcome.NOT_ENDED, JobState.RUNNING: Outcome.NOT_ENDED,
