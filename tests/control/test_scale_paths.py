@@ -12,19 +12,23 @@ On both stores (SQLite, and PostgreSQL where GRACE_TEST_DATABASE_URL is set):
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import LAB, authed
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from grace.control.api import MAX_BATCH, create_app
+from grace.control.heap import freeze_long_lived
 from grace.control.live.mirror import StoreMirror
-from grace.control.store import changes
+from grace.control.server import ReconcileLoop
+from grace.control.store import audit, changes
 from grace.control.store import repository as repo
+from grace.control.store import workflow as flows
 from grace.control.store.db import Store
 from grace.control.store.models import Job, JobState
 from grace.core.topology import Topology
@@ -110,8 +114,8 @@ def test_concurrent_writers_never_hide_a_change_from_the_feed(store: Store) -> N
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
-    def reader() -> None:
-        while not stop.is_set():
+    def reader() -> None:  # a reconciler that never rests (a short wait lets writers run)
+        while not stop.wait(0.001):
             with store.read() as s:
                 kept.refresh(s)
 
@@ -204,3 +208,129 @@ def test_grace_jobs_all_lists_every_job(client: Any, store: Store, monkeypatch: 
     cli.jobs(state=None, tenant=None, as_json=True, fmt=None, limit=5, every=True)
     listed = [j["id"] for j in json.loads(capsys.readouterr().out)]
     assert listed == sorted(ids, reverse=True)
+
+
+# ---------------------------------------------------------------- group commit
+def test_concurrent_units_share_transactions_and_a_failing_one_takes_only_itself(
+        store: Store) -> None:
+    """32 threads submit at once through the group commit; every third unit fails after
+    writing its job and staging an audit entry. The others are stored once each; the
+    failed ones left nothing, not even their audit entries; fewer commits than units."""
+    spec = JobSpec.model_validate({**GOOD, "name": "grouped"})
+    results: dict[int, Any] = {}
+    gate = threading.Barrier(32)
+
+    def unit(k: int) -> None:
+        def work(s: Any) -> int:
+            job = repo.add_job(s, spec.model_copy(update={"name": f"g{k}"}), 1.0)
+            audit.append(s, "test", audit.AuditAction.API_REQUEST, f"unit {k}",
+                         audit.AuditOutcome.OK, 1.0)
+            s.flush()
+            if k % 3 == 0:
+                raise ValueError(f"unit {k} refuses")
+            return job.id
+
+        gate.wait()
+        try:
+            results[k] = store.group_commit.run(work)
+        except ValueError as e:
+            results[k] = e
+
+    threads = [threading.Thread(target=unit, args=(k,)) for k in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = {k for k in range(32) if k % 3 == 0}
+    assert all(isinstance(results[k], ValueError) for k in failed)
+    with store.read() as s:
+        names = sorted(j.name for j in repo.list_jobs(s, limit=1000))
+        targets = [e.target for e in audit.entries(s) if e.target.startswith("unit ")]
+    assert names == sorted(f"g{k}" for k in range(32) if k not in failed)
+    assert sorted(targets) == sorted(f"unit {k}" for k in range(32) if k not in failed)
+    assert {results[k] for k in range(32) if k not in failed} == {
+        j for j in _seqs(store)}  # every acknowledged id is stored, once
+    assert store.group_commit.groups < store.group_commit.units == 32
+    with store.read() as s:
+        assert audit.verify(s).ok  # the chain holds across grouped transactions
+
+
+# ---------------------------------------------------------------- cycle reads by index
+def test_the_cycles_flag_queries_read_the_partial_indexes_not_the_table(
+        store: Store) -> None:
+    """The cancel and requeue flags are looked up each cycle one is set: SQLite's plan
+    for each query names its partial index (migration 0008), where it walked 100,000
+    rows before, and the queries still find exactly the flagged jobs."""
+    if store.dialect != "sqlite":
+        pytest.skip("the plan is checked on SQLite; PostgreSQL picks by table statistics")
+    ids = _submit(store, 4)
+    with store.transaction() as s:
+        repo.request_cancel(s, ids[1], 2.0)
+        repo.require_job(s, ids[2]).requeue_requested = True
+    sent: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        sent.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.read() as s:
+            assert [j.id for j in repo.cancel_requested(s)] == [ids[1]]
+            assert [j.id for j in flows.requeue_requested(s)] == [ids[2]]
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    plans = []
+    with store.engine.connect() as conn:
+        for statement, params in sent:
+            if statement.lstrip().upper().startswith("SELECT"):
+                rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params).all()
+                plans.append(" ".join(str(r[-1]) for r in rows))
+    assert any("ix_jobs_cancel_requested" in p for p in plans), plans
+    assert any("ix_jobs_requeue_requested" in p for p in plans), plans
+
+
+# ---------------------------------------------------------------- the heap
+def test_the_loop_settles_the_heap_once_after_its_first_good_cycle() -> None:
+    """``grace up`` freezes the long-lived heap after the first cycle that succeeded
+    (``grace.control.heap``): not before it (a failed cycle built nothing), not again."""
+    calls: list[str] = []
+
+    class Rec:
+        cycles = 0
+
+        def recover(self) -> list[int]:
+            return []
+
+        def cycle(self) -> None:
+            self.cycles += 1
+            calls.append(f"cycle {self.cycles}")
+            if self.cycles == 1:
+                raise RuntimeError("the backend is down")
+            if self.cycles == 4:
+                loop.stopping.set()
+
+    loop = ReconcileLoop(cast(Any, Rec()), 0.0, on_first_cycle=lambda: calls.append("settle"))
+    loop.run()
+    assert calls == ["cycle 1", "cycle 2", "settle", "cycle 3", "cycle 4"]
+    before = gc.get_freeze_count()
+    try:
+        assert freeze_long_lived() >= before
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # the test process's heap stays collectable
+
+
+def test_a_group_unit_asked_for_inside_a_write_transaction_is_refused_not_hung(
+        store: Store) -> None:
+    """The writer thread would wait for the caller's write lock (SQLite) while the
+    caller waits for the writer: a clear error instead of a hang, and nothing stored."""
+    spec = JobSpec.model_validate({**GOOD, "name": "nested"})
+    with pytest.raises(RuntimeError, match="would wait on itself"), store.transaction() as s:
+        repo.add_job(s, spec, 1.0)
+        store.group_commit.run(lambda s2: repo.add_job(s2, spec, 1.0))
+    with pytest.raises(RuntimeError, match="would wait on itself"):
+        store.group_commit.run(lambda s2: store.group_commit.run(lambda s3: None))
+    assert store.writes_open() == 0
+    with store.read() as s:
+        assert [j.name for j in repo.list_jobs(s, limit=10)] == []
+    assert store.group_commit.run(lambda s2: repo.add_job(s2, spec, 1.0).name) == "nested"

@@ -72,7 +72,7 @@ def test_migrating_twice_is_a_no_op(db_url: str) -> None:
     try:
         with engine.connect() as conn:
             assert set(inspect(conn).get_table_names()) >= TABLES
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0007"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0008"]
     finally:
         engine.dispose()
 

@@ -36,6 +36,7 @@ from fastapi import Path as InPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.orm import Session
 
 from grace.backends.isolation import read_job_json
 from grace.backends.local_agent import write_json_atomic
@@ -315,13 +316,18 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
         except ValidationError as e:
             raise HTTPException(422, detail=_problems(e)) from e
         record = _vet(spec)
-        with store.transaction() as s:
+
+        def store_it(s: Session) -> dict[str, Any]:
             # one job, or an array's tasks; and its preflight job (routes_sweep)
             jobs = submit_with_preflight(s, spec, who, clock(), _vet)
             for job in jobs:
                 job.owner = job.owner or who.token_id
                 job.admission = job.admission or record
+            s.flush()
             return submitted_with_preflight(jobs, submitted)
+
+        # concurrent submissions share a transaction (group commit); answered once committed
+        return store.group_commit.run(store_it)
 
     @app.post("/jobs:batch", status_code=201, responses=errors(*WRITE, *BODY))
     def submit_batch(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from grace.control.api import create_app
 from grace.control.auth import Authenticator
 from grace.control.bursting import LiveBursting
 from grace.control.diagnostics import CommandDiagnostics, TimedDiagnostics
+from grace.control.heap import freeze_long_lived
 from grace.control.kms import KeyEncryptionService, KeyFileKMS, kms_from_spec
 from grace.control.notify.outbox import install_routes
 from grace.control.notify.signing import load_or_create_key
@@ -131,11 +132,14 @@ class ReconcileLoop(threading.Thread):
     """
 
     def __init__(self, reconciler: Reconciler, interval_s: float,
-                 on_fenced: Callable[[], None] | None = None) -> None:
+                 on_fenced: Callable[[], None] | None = None,
+                 on_first_cycle: Callable[[], object] | None = None) -> None:
         super().__init__(name="reconciler", daemon=True)
         self.reconciler = reconciler
         self.interval_s = interval_s
         self.on_fenced = on_fenced
+        #: once, after the first cycle that succeeded (``grace up``: ``heap.freeze_long_lived``)
+        self.on_first_cycle = on_first_cycle
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -161,9 +165,13 @@ class ReconcileLoop(threading.Thread):
             return
         if requeued:
             log.warning("requeued jobs whose processes died with the control plane: %s", requeued)
+        first = self.on_first_cycle
         while not self.stopping.is_set():
             try:
                 self.reconciler.cycle()
+                if first is not None:  # the first cycle built the long-lived state
+                    first()
+                    first = None
             except Fenced:
                 raise
             except Exception:  # a bad cycle must not kill the loop; the next one retries
@@ -428,8 +436,10 @@ class LeaseKeeper(threading.Thread):
                  leadership: Leadership, interval_s: float = 1.0,
                  renew_s: float = RENEW_EVERY_S, poll_s: float = POLL_EVERY_S,
                  clock: Callable[[], float] = time.time,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None,
+                 on_first_cycle: Callable[[], object] | None = None) -> None:
         super().__init__(name="leader-lease", daemon=True)
+        self.on_first_cycle = on_first_cycle
         self.store = store
         self.reconciler = reconciler
         self.lease = lease
@@ -503,7 +513,8 @@ class LeaseKeeper(threading.Thread):
         holder, epoch = self.lease.fence
         self.store.fence = (holder, epoch)
         self.leadership.set("leader", holder, epoch, self.clock())
-        self.loop = ReconcileLoop(self.reconciler, self.interval_s, on_fenced=self._wake.set)
+        self.loop = ReconcileLoop(self.reconciler, self.interval_s, on_fenced=self._wake.set,
+                                  on_first_cycle=self.on_first_cycle)
         self.loop.start()
         self._announced = holder
         self.say(f"leader: {holder} leads the store from {local_time(self.clock())} "
@@ -560,7 +571,8 @@ def serve(cfg: ServerConfig) -> None:
     leadership = Leadership()
     keeper = LeaseKeeper(plane.store, plane.reconciler,
                          LeaderLease(plane.store, ttl_s=cfg.lease_ttl_s), leadership,
-                         cfg.interval_s, renew_s=cfg.lease_renew_s, poll_s=cfg.lease_poll_s)
+                         cfg.interval_s, renew_s=cfg.lease_renew_s, poll_s=cfg.lease_poll_s,
+                         on_first_cycle=freeze_long_lived)
     token_file = admin_token_path(cfg)
     first_admin_token(plane.store, token_file, lambda line: print(line, flush=True))
     db = sqlite_file(store_url(cfg))
@@ -584,6 +596,7 @@ def serve(cfg: ServerConfig) -> None:
                                                api_url(cfg)), leadership)
     notifier.start()  # delivers the outbox while this process leads
     previous = _stop_on(signal.default_int_handler)
+    freeze_long_lived()  # the topology and the app, before the first request (see heap)
     try:
         keeper.start_up(force=plane.lock is not None)
         keeper.start()

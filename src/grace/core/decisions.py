@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -117,6 +118,17 @@ class DecideResult:
         if r is not None:
             return r
         return self.shape_reasons.get((job.tenant, job.shape), self.default_reason)
+
+    def waiting_reasons(self, jobs: Iterable[PendingJob]) -> Iterator[tuple[JobId, PendingReason]]:
+        """``reason_for`` of each of ``jobs`` that still waits, without a scan of the starts
+        per job (the live driver asks it of every waiting job, every cycle)."""
+        started = {s.job_id for s in self.starts}
+        reasons, shapes, default = self.reasons, self.shape_reasons, self.default_reason
+        for job in jobs:
+            if job.id in started:
+                continue
+            r = reasons.get(job.id)
+            yield job.id, r if r is not None else shapes.get((job.tenant, job.shape), default)
 
     @property
     def changed(self) -> bool:

@@ -285,12 +285,11 @@ class Applier:
 
     def record_reasons(self, result: DecideResult, view: CycleView) -> None:
         """Why each job still waits, written where it changed: a steady cycle writes nothing."""
-        started = {s.job_id for s in result.starts}
         changed: dict[int, str] = {j: why for j, why in view.gated.items()
                                    if why != view.reasons.get(j)}
-        for jid, pj in view.pending.items():
-            reason = None if jid in started else result.reason_for(pj)
-            if reason is not None and str(reason) != view.reasons.get(int(jid)):
+        stored = view.reasons
+        for jid, reason in result.waiting_reasons(view.pending.values()):
+            if reason != stored.get(jid):  # a StrEnum equals its stored text
                 changed[int(jid)] = str(reason)
         if not changed:
             return

@@ -109,8 +109,9 @@ class StoreMirror:
         that left: ended, no live attempt). A mirror never loaded is loaded whole."""
         if not self.loaded:
             return self.reload(s)
-        rows = s.execute(select(*_JOB_COLUMNS).where(Job.change_seq > self.seen)
-                         .order_by(Job.id)).all()
+        # no ORDER BY: sorting by id invites the planner to walk the whole table by its
+        # key instead of the change_seq index (the caller sorts the few rows itself)
+        rows = s.execute(select(*_JOB_COLUMNS).where(Job.change_seq > self.seen)).all()
         if not rows:
             return set()
         ids = [int(r.id) for r in rows]

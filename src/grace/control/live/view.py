@@ -87,6 +87,7 @@ class ViewBuilder:
         self._flowing: set[int] = set()  # waiting jobs the workflow gate has a say over
         self._excluded: set[int] = set()  # waiting jobs with node exclusions (they expire)
         self._ending: set[int] = set()  # jobs with a live attempt but not running
+        self._reasons: dict[int, str | None] = {}  # waiting jobs' stored reasons
 
     def compile(self, job: Job | JobRow, now: float,
                 failed: list[tuple[int, str]]) -> PendingJob | None:
@@ -121,6 +122,7 @@ class ViewBuilder:
                 self._flowing.clear()
                 self._excluded.clear()
                 self._ending.clear()
+                self._reasons.clear()
                 dirty = set(self.mirror.jobs)
             else:
                 state.quotas = quotas(s)
@@ -165,6 +167,7 @@ class ViewBuilder:
         self._flowing.discard(job_id)
         self._excluded.discard(job_id)
         self._ending.discard(job_id)
+        self._reasons.pop(job_id, None)
         if slot is Slot.PENDING:
             state.withdraw(JobId(job_id))
         elif slot is not None:
@@ -207,6 +210,7 @@ class ViewBuilder:
                 (running if row.state == JobState.RUNNING else ending).append((job_id, entry))
             elif row.state == JobState.PENDING:
                 pending[JobId(job_id)] = pj
+                self._reasons[job_id] = row.reason
                 if row.exclude_nodes:
                     self._excluded.add(job_id)
                 if flows.flows_in(row.held, row.spec_json, row.array_limit):
@@ -229,9 +233,7 @@ class ViewBuilder:
         for job_id, job in pending.items():
             state.submit(job)
             self._slots[int(job_id)] = Slot.PENDING
-        reasons = {row.id: row.reason for row in mirror.jobs.values()
-                   if row.state == JobState.PENDING and row.id not in mirror.attempts}
-        return CycleView(state, dict(state.pending), reasons, failed, unplaceable, gated, never)
+        return CycleView(state, state.pending, self._reasons, failed, unplaceable, gated, never)
 
     @staticmethod
     def _gate(s: Session, jobs: list[JobRow], holding: set[int],

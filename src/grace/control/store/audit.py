@@ -48,7 +48,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
@@ -216,6 +217,25 @@ def append(session: Session, actor: str, action: AuditAction | str, target: str,
     return entry
 
 
+@contextmanager
+def unstage_after(session: Session) -> Iterator[Callable[[], None]]:
+    """Drop the entries staged inside the block unless it calls the ``keep`` it is given:
+    a unit of a group commit (``store.group_commit``) rolled back to its savepoint must
+    not leave its entries to be written with the rest of the group."""
+    before = len(session.info.get(_STAGED, ()))
+    kept = False
+
+    def keep() -> None:
+        nonlocal kept
+        kept = True
+
+    try:
+        yield keep
+    finally:
+        if not kept:
+            del session.info.get(_STAGED, [])[before:]
+
+
 def has_staged(session: Session) -> bool:
     return bool(session.info.get(_STAGED))
 
@@ -244,9 +264,10 @@ def write_staged(session: Session) -> list[AuditEntry]:
 def record(store: Store, actor: str, action: AuditAction | str, target: str,
            outcome: AuditOutcome | str, at: float, token_id: str | None = None,
            detail: Mapping[str, Any] | None = None) -> AuditEntry:
-    """One entry in a transaction of its own (an API request's entry, written after it)."""
-    with store.transaction() as s:
-        return append(s, actor, action, target, outcome, at, token_id, detail)
+    """One entry, committed when this returns (an API request's entry, written after it):
+    grouped with other writers' small units into one transaction (``store.group_commit``)."""
+    return store.group_commit.run(
+        lambda s: append(s, actor, action, target, outcome, at, token_id, detail))
 
 
 # ---------------------------------------------------------------- reading

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,20 @@ from sqlalchemy.orm.exc import StaleDataError
 from grace.control.store import changes
 from grace.control.store.audit import has_staged, write_staged
 from grace.control.store.errors import Fenced, StaleWrite
+from grace.control.store.group_commit import GroupCommit
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DB_FILE = "grace.sqlite"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: PostgreSQL connections an engine keeps, and how many more it opens under a burst.
+#: The API runs its sync routes on AnyIO's thread pool (40 threads by default), each
+#: holding at most one connection, beside the reconciler, the lease keeper, metrics and
+#: the group-commit writer: with SQLAlchemy's default (5 + 10) a burst of 32 clients
+#: can leave request threads waiting on the pool. 10 + 30 covers the request threads
+#: that touch the store at once; a leader and a standby at their peak stay inside
+#: PostgreSQL's default max_connections of 100.
+PG_POOL_SIZE = 10
+PG_MAX_OVERFLOW = 30
 _READ_ONLY = "grace_read_only"  # execution option: this connection's transactions only read
 #: the fence check: a no-op update that matches only while the lease is still ours. An UPDATE,
 #: not a SELECT, so that on PostgreSQL it takes the row lock a takeover must wait for.
@@ -83,7 +94,8 @@ def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, pool_size=PG_POOL_SIZE,
+                             max_overflow=PG_MAX_OVERFLOW)
     if parsed.database and parsed.database != ":memory:":
         _private_sqlite(Path(parsed.database))
     engine = create_engine(url)
@@ -178,6 +190,16 @@ class Store:
                                     expire_on_commit=False)
         event.listen(self._reader, "before_flush", _refuse_writes)
         changes.track(self._writer)
+        #: small writes of concurrent requests, grouped into shared transactions
+        self.group_commit = GroupCommit(self)
+        #: SQLite has one writer at a time anyway; its busy handler polls with a growing
+        #: sleep, so a thread of this process could lose the lock for the whole busy
+        #: timeout to its siblings (seen: 8 writers and a busy reader, 30 s). Writers of
+        #: this process queue on this lock instead; other processes still meet the busy
+        #: timeout. Reentrant: a nested write fails on SQLite's timeout as it did, not hang.
+        self._write_turn: AbstractContextManager[Any] = (
+            threading.RLock() if engine.dialect.name == "sqlite" else nullcontext())
+        self._writing = threading.local()  # .depth: this thread's open write transactions
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -211,8 +233,9 @@ class Store:
         set, a lease another control plane took over surfaces as ``Fenced``, nothing written.
         """
         session = self._writer()
+        self._writing.depth = self.writes_open() + 1
         try:
-            with session.begin():
+            with self._write_turn, session.begin():
                 yield session
                 # the audit entries last, before the fence: see store.audit for why
                 write_staged(session)
@@ -226,7 +249,13 @@ class Store:
         except StaleDataError as e:
             raise StaleWrite(f"the job changed since it was read; read it again ({e})") from e
         finally:
+            self._writing.depth -= 1
             session.close()
+
+    def writes_open(self) -> int:
+        """How many write transactions this thread has open (``group_commit`` refuses to
+        wait from inside one: its writer would wait for this thread's lock)."""
+        return int(getattr(self._writing, "depth", 0))
 
     @staticmethod
     def _check_fence(session: Session, holder: str, epoch: int) -> None:

@@ -43,6 +43,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -257,6 +258,10 @@ class Job(Base):
         # listings page newest first within a state or a tenant (GET /jobs?after=ID)
         Index(None, "state", "id"),
         Index(None, "tenant", "id"),
+        # the few jobs whose cancel or requeue waits for the reconciler (migration 0008)
+        *(Index(f"ix_jobs_{flag}", "id", sqlite_where=text(f"{flag} IS 1"),
+                postgresql_where=text(f"{flag} IS true"))
+          for flag in ("cancel_requested", "requeue_requested")),
         # never reuse an id, even of a rolled-back insert's successor: ids name job directories
         {"sqlite_autoincrement": True},
     )
@@ -404,7 +409,8 @@ class JobEvent(Base):
     """One line of a job's history; ``id`` order is the order things happened in the store."""
 
     __tablename__ = "job_events"
-    __table_args__ = (Index(None, "job_id"),)
+    # (kind, at): each cycle reads the last hour's preemptions (core's per-tenant budgets)
+    __table_args__ = (Index(None, "job_id"), Index(None, "kind", "at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))

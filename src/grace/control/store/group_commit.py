@@ -1,0 +1,150 @@
+"""Group commit: concurrent small writes share one transaction, each in a savepoint.
+
+Under many clients every ``POST /jobs`` was two write transactions of its own
+(the job, then the request's audit entry), each taking the write lock, bumping
+the audit chain's head and the change clock, and committing. Here a writer
+thread takes every unit of work waiting when it is free (up to ``max_batch``),
+runs them one after another in a single transaction, each inside a savepoint,
+and commits once. While it commits, the next units queue up: the busier the
+API, the larger the groups. A group first runs without savepoints (each is two
+round trips on PostgreSQL); only if a unit raises is the group rolled back and
+run again with a savepoint per unit.
+
+Nothing is acknowledged before it is committed: ``run`` returns a unit's result
+(or raises its error) only after the group's commit. A unit that raises is
+rolled back to its savepoint, with the audit entries it staged, and only its
+caller sees the error; the others commit. A unit may therefore run twice: it
+must only write through the session it is given. If the commit itself fails (the
+database is gone, another control plane took the lease), every caller of the
+group gets that error and nothing of the group is stored.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.orm import Session
+
+from grace.control.store.audit import unstage_after
+
+if TYPE_CHECKING:
+    from grace.control.store.db import Store
+
+T = TypeVar("T")
+Work = Callable[[Session], Any]
+
+#: Units in one transaction at most (a group's savepoints and rows stay small).
+MAX_BATCH = 256
+#: A writer thread with nothing to do for this long ends (the next unit starts another).
+IDLE_S = 2.0
+
+
+class GroupCommit:
+    """One store's writer of grouped units of work."""
+
+    def __init__(self, store: Store, max_batch: int = MAX_BATCH) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[tuple[Work, Future[Any]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._writer: threading.Thread | None = None
+        #: groups committed and units in them, since the store opened (the benchmark's)
+        self.groups = 0
+        self.units = 0
+
+    def run(self, work: Callable[[Session], T]) -> T:
+        """Do ``work`` in the next group's transaction; its result once that committed.
+
+        Refused inside a ``store.transaction()`` of this thread (or inside a unit): the
+        writer would wait for this thread's write lock while this thread waits for it."""
+        if self.store.writes_open() or threading.current_thread() is self._writer:
+            raise RuntimeError("group_commit.run inside a write transaction would wait on "
+                               "itself: write through the session already open")
+        done: Future[T] = Future()
+        self._queue.put((work, done))
+        with self._lock:
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(target=self._loop, name="grace-group-commit",
+                                                daemon=True)
+                self._writer.start()
+        return done.result()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._writer = None
+                        return
+                continue
+            group = [first]
+            while len(group) < self.max_batch:
+                try:
+                    group.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._commit(group)
+
+    def _commit(self, group: list[tuple[Work, Future[Any]]]) -> None:
+        live = [(work, done) for work, done in group if done.set_running_or_notify_cancel()]
+        try:
+            try:
+                outcomes = self._together(live)
+            except _UnitFailed:  # rare: redo the group, each unit in a savepoint of its own
+                outcomes = self._apart(live)
+        except BaseException as e:  # the group's commit failed: no unit of it is stored
+            for _, done in live:
+                done.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        self.groups += 1
+        self.units += len(outcomes)
+        for done, ok, value in outcomes:
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
+
+    def _together(self, group: list[tuple[Work, Future[Any]]]) -> list[Outcome]:
+        """Every unit in one transaction with no savepoints (each costs two round trips on
+        PostgreSQL); if one raises, nothing is kept and ``_UnitFailed`` says to redo."""
+        outcomes: list[Outcome] = []
+        with self.store.transaction() as s:
+            for work, done in group:
+                try:
+                    outcomes.append((done, True, work(s)))
+                except Exception as e:
+                    raise _UnitFailed from e
+        return outcomes
+
+    def _apart(self, group: list[tuple[Work, Future[Any]]]) -> list[Outcome]:
+        """The group again, each unit in a savepoint: one that raises is rolled back (with
+        the audit entries it staged) and only its caller gets the error."""
+        outcomes: list[Outcome] = []
+        with self.store.transaction() as s:
+            for work, done in group:
+                with unstage_after(s) as keep:
+                    try:
+                        with s.begin_nested():
+                            outcomes.append((done, True, work(s)))
+                        keep()
+                    except Exception as e:  # handed to its own caller
+                        outcomes.append((done, False, e))
+        return outcomes
+
+
+class _UnitFailed(Exception):
+    """A unit raised in a group run without savepoints: roll it all back and redo apart."""
+
+
+Outcome = tuple[Future[Any], bool, Any]
+
+
+__all__ = ["MAX_BATCH", "GroupCommit"]
