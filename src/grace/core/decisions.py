@@ -114,21 +114,21 @@ class DecideResult:
         """The reason ``job`` is still waiting, or None if this cycle starts it."""
         if any(s.job_id == job.id for s in self.starts):
             return None
-        r = self.reasons.get(job.id)
-        if r is not None:
-            return r
-        return self.shape_reasons.get((job.tenant, job.shape), self.default_reason)
+        return self._waiting_reason(job)
 
     def waiting_reasons(self, jobs: Iterable[PendingJob]) -> Iterator[tuple[JobId, PendingReason]]:
         """``reason_for`` of each of ``jobs`` that still waits, without a scan of the starts
         per job (the live driver asks it of every waiting job, every cycle)."""
         started = {s.job_id for s in self.starts}
-        reasons, shapes, default = self.reasons, self.shape_reasons, self.default_reason
         for job in jobs:
-            if job.id in started:
-                continue
-            r = reasons.get(job.id)
-            yield job.id, r if r is not None else shapes.get((job.tenant, job.shape), default)
+            if job.id not in started:
+                yield job.id, self._waiting_reason(job)
+
+    def _waiting_reason(self, job: PendingJob) -> PendingReason:
+        r = self.reasons.get(job.id)
+        if r is not None:
+            return r
+        return self.shape_reasons.get((job.tenant, job.shape), self.default_reason)
 
     @property
     def changed(self) -> bool:

@@ -48,8 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
@@ -217,23 +216,16 @@ def append(session: Session, actor: str, action: AuditAction | str, target: str,
     return entry
 
 
-@contextmanager
-def unstage_after(session: Session) -> Iterator[Callable[[], None]]:
-    """Drop the entries staged inside the block unless it calls the ``keep`` it is given:
-    a unit of a group commit (``store.group_commit``) rolled back to its savepoint must
-    not leave its entries to be written with the rest of the group."""
-    before = len(session.info.get(_STAGED, ()))
-    kept = False
+def staged_count(session: Session) -> int:
+    """How many entries wait in ``session`` for its commit: a mark for ``drop_staged``."""
+    return len(session.info.get(_STAGED, ()))
 
-    def keep() -> None:
-        nonlocal kept
-        kept = True
 
-    try:
-        yield keep
-    finally:
-        if not kept:
-            del session.info.get(_STAGED, [])[before:]
+def drop_staged(session: Session, mark: int) -> None:
+    """Forget the entries staged after ``mark``: a unit of a group commit
+    (``store.group_commit``) rolled back to its savepoint must not leave its entries to
+    be written with the rest of the group."""
+    del session.info.get(_STAGED, [])[mark:]
 
 
 def has_staged(session: Session) -> bool:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from grace.control.store.audit import unstage_after
+from grace.control.store.audit import drop_staged, staged_count
 
 if TYPE_CHECKING:
     from grace.control.store.db import Store
@@ -130,13 +130,13 @@ class GroupCommit:
         outcomes: list[Outcome] = []
         with self.store.transaction() as s:
             for work, done in group:
-                with unstage_after(s) as keep:
-                    try:
-                        with s.begin_nested():
-                            outcomes.append((done, True, work(s)))
-                        keep()
-                    except Exception as e:  # handed to its own caller
-                        outcomes.append((done, False, e))
+                mark = staged_count(s)
+                try:
+                    with s.begin_nested():
+                        outcomes.append((done, True, work(s)))
+                except Exception as e:  # handed to its own caller
+                    drop_staged(s, mark)
+                    outcomes.append((done, False, e))
         return outcomes
 
 
