@@ -334,3 +334,41 @@ def test_a_group_unit_asked_for_inside_a_write_transaction_is_refused_not_hung(
     with store.read() as s:
         assert [j.name for j in repo.list_jobs(s, limit=10)] == []
     assert store.group_commit.run(lambda s2: repo.add_job(s2, spec, 1.0).name) == "nested"
+
+
+# ---------------------------------------------------------------- the view check
+def test_the_view_check_tells_a_write_between_its_builds_from_a_wrong_snapshot(
+        store: Store, tmp_path: Path, monkeypatch: Any) -> None:
+    """The suite's check (``GRACE_VERIFY_VIEWS``) builds a fresh snapshot after the kept
+    one. A quota changed by an API request between the two builds (the fuzz test's
+    PostgreSQL run, in CI) is not a fault of the kept snapshot; a kept snapshot that lost
+    a waiting job is."""
+    from helpers import FakeClock, lab_reconciler
+
+    from grace.control.live.view import ViewBuilder
+    from grace.core.jobs import JobId
+
+    monkeypatch.setattr(ViewBuilder, "verify", True)
+    rec = lab_reconciler(store, tmp_path / "state", FakeClock(1000.0))
+    spec = JobSpec.model_validate({**GOOD, "gpus": 4})
+    with store.transaction() as s:  # four whole nodes asked of the lab's three: one waits
+        for _ in range(4):
+            repo.add_job(s, spec, 1.0)
+    rec.cycle()
+    check = ViewBuilder._check
+
+    def write_then_check(self: ViewBuilder, *args: Any) -> None:
+        with store.transaction() as s:
+            repo.set_quota(s, "vision", weight=7.0)
+        check(self, *args)
+
+    monkeypatch.setattr(ViewBuilder, "_check", write_then_check)
+    rec.cycle()  # the kept build read weight 1, the fresh one 7: no alarm
+    monkeypatch.setattr(ViewBuilder, "_check", check)
+    rec.cycle()
+    state = rec.views.state
+    assert state is not None and len(state.pending) == 1
+    [waiting] = state.pending
+    state.withdraw(JobId(waiting))  # the kept snapshot goes wrong with no write
+    with pytest.raises(AssertionError, match="kept snapshot differs"):
+        rec.cycle()
