@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
-from grace.core.capacity import Placement
+from grace.core.capacity import FreeCapacity, Placement
 from grace.core.decisions import (
     DecideResult,
     PendingReason,
@@ -62,6 +62,15 @@ class _Hold:
     reservation: Reservation
     gpus: tuple[int, ...]
     job: PendingJob
+    _placement: Placement | None = None
+
+    def placement(self) -> Placement:
+        """``gpus`` as a placement, kept while they stay the same (its by-node masks are
+        worked out once, not at every release and re-take of the hold)."""
+        p = self._placement
+        if p is None or p.gpus != self.gpus:
+            p = self._placement = Placement(gpus=self.gpus)
+        return p
 
 
 @dataclass(slots=True)
@@ -79,7 +88,7 @@ class _Cycle:
     # in a full cluster, most cycles never need it
     unreserved: list[PendingJob] = field(default_factory=list)
     # attained-service level -> running jobs above it, in victim order (first need only)
-    las_above: dict[int, list[RunningJob]] = field(default_factory=dict)
+    las_above: dict[int, _LevelScan] = field(default_factory=dict)
 
 
 def decide(state: SchedulerState, now: float) -> DecideResult:
@@ -288,6 +297,11 @@ def _shadow(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
     its need); (inf, None, 0) when jobs without estimates hold the GPUs it needs,
     or when it would not fit by ``by`` (a caller that only asks "still by then?"
     need not release the rest of the cluster to learn "no").
+
+    For a job that fits on one node, releases are first kept as node masks beside
+    the index (``_Released``) and given to it only when a placement is tried: most
+    walks release dozens of jobs to place once or never, and keeping the index's
+    buckets up to date for each release, then rolling it back, was most of the cost.
     """
     cap = state.capacity
     models = frozenset(job.models)
@@ -296,23 +310,33 @@ def _shadow(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
     need = job.gpu_equivalents
     result: tuple[float, Placement | None, float] = (math.inf, None, 0.0)
     single, failed = _single_node_count(state, job), False
-    ends = heapq.merge(
-        ((end, jid, None) for end, jid in state.ends if jid not in cycle.freed),
-        ((end, jid, p) for end, jid, p in cycle.ends),
-    )
+    pending = _Released(cap, single) if single is not None else None
+    running_jobs = state.running
+    freed = cycle.freed
+    running = ((end, jid, None) for end, jid in state.ends if jid not in freed) if freed \
+        else ((end, jid, None) for end, jid in state.ends)
+    ends = heapq.merge(running, cycle.ends) if cycle.ends else running
     for end, jid, started_placement in ends:
         if end == math.inf or end > by:
             break
         if started_placement is None:
-            run = state.running[jid]
+            run = running_jobs[jid]
             if not models.intersection(run.models):
                 continue
             released = run.placement
         else:
             released = started_placement
-        cap.release(released)
+        if pending is not None and not released.slices:
+            newly = pending.add(released)
+        else:
+            if pending is not None:
+                pending.give_back()
+            cap.release(released)
+            newly = _may_newly_fit(state, single, released)
         free += len(released.gpus)
-        if free >= need and (not failed or _may_newly_fit(state, single, released)):
+        if free >= need and (not failed or newly):
+            if pending is not None:
+                pending.give_back()
             placement = _place(state, job)
             if placement is not None:
                 result = (max(end, now), placement, free - need)
@@ -320,6 +344,43 @@ def _shadow(state: SchedulerState, job: PendingJob, now: float, cycle: _Cycle,
             failed = True
     cap.rollback_to(mark)
     return result
+
+
+class _Released:
+    """GPUs released during a shadow walk but not yet given to the capacity index.
+
+    ``add`` records a placement's GPUs as free node masks and says whether a node it
+    touched now has ``single`` free GPUs (``_may_newly_fit``, on the masks); ``give_back``
+    hands them to the index at once, one change per node, before a placement is tried.
+    The index ends the same as after releasing each job in turn: its buckets are sorted,
+    so the order of changes leaves no trace.
+    """
+
+    __slots__ = ("cap", "masks", "single")
+
+    def __init__(self, cap: FreeCapacity, single: int) -> None:
+        self.cap = cap
+        self.single = single
+        self.masks: dict[int, int] = {}
+
+    def add(self, placement: Placement) -> bool:
+        cap, masks, single = self.cap, self.masks, self.single
+        fits = False
+        for node, bits in cap.by_node(placement):
+            mask = masks.get(node)
+            if mask is None:
+                mask = cap.free_mask[node]
+            assert mask & bits == 0, "released a GPU that was free"
+            mask |= bits
+            masks[node] = mask
+            if mask.bit_count() >= single:
+                fits = True
+        return fits
+
+    def give_back(self) -> None:
+        if self.masks:
+            self.cap.set_free_masks(self.masks)
+            self.masks = {}
 
 
 def _single_node_count(state: SchedulerState, job: PendingJob) -> int | None:
@@ -358,7 +419,7 @@ def _place_beside_reservations(state: SchedulerState, job: PendingJob, now: floa
     cap = state.capacity
     mark = cap.mark()
     for h in touched:
-        cap.release(Placement(gpus=h.gpus))
+        cap.release(h.placement())
     placement = _place(state, job)
     if placement is not None:
         cap.allocate(placement)
@@ -403,13 +464,13 @@ def _place_in_holds(state: SchedulerState, job: PendingJob, now: float,
     if not usable:
         return None
     for h in usable:
-        cap.release(Placement(gpus=h.gpus))
+        cap.release(h.placement())
     placement = _place(state, job)
     taken = (set(placement.gpus) | {s.gpu for s in placement.slices}) if placement else set()
     for h in usable:
         h.gpus = tuple(g for g in h.gpus if g not in taken)
         if h.gpus:
-            cap.allocate(Placement(gpus=h.gpus))
+            cap.allocate(h.placement())
     return placement
 
 
@@ -418,11 +479,11 @@ def _fits_without_holds(state: SchedulerState, job: PendingJob, cycle: _Cycle) -
     holds = [h for h in cycle.holds if h.gpus and h.reservation.models & set(job.models)]
     if not holds:
         return False
+    mark = cap.mark()  # undone at once: the cycle's own rollback has nothing left to undo
     for h in holds:
-        cap.release(Placement(gpus=h.gpus))
+        cap.release(h.placement())
     fits = _place(state, job) is not None
-    for h in holds:
-        cap.allocate(Placement(gpus=h.gpus))
+    cap.rollback_to(mark)
     return fits
 
 
@@ -502,23 +563,50 @@ def _las_victims(state: SchedulerState, job_level: int, models: set[str], now: f
     Which running jobs are above a level is the same for every waiting job of a
     cycle, so it is found once per cycle and level (in the state's standing
     victim order, so nothing is sorted), not once per waiting job: with
-    thousands running and waiting, that scan was most of the cycle.
+    thousands running and waiting, that scan was most of the cycle. The scan is
+    lazy (``_LevelScan``): a trial preemption reads a few victims, not every one.
     """
-    above = cycle.las_above.get(job_level)
-    if above is None:
-        policy = state.policy
-        bounds, young = policy.las_thresholds, now - policy.las_min_run_s
-        above = []
-        for _key, jid in state.victim_order:
-            run = state.running[jid]
-            if run.start_s <= young and bisect.bisect_right(  # policy.level, inlined
-                    bounds, run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s)) > job_level:
-                above.append(run)
-        cycle.las_above[job_level] = above
-    freed = cycle.freed
-    for run in above:
+    scan = cycle.las_above.get(job_level)
+    if scan is None:
+        if state.las_ready.none_above(job_level, now):
+            return
+        scan = cycle.las_above[job_level] = _LevelScan(state, job_level, now)
+    freed, found = cycle.freed, scan.found
+    i = 0
+    while i < len(found) or scan.more():
+        run = found[i]
+        i += 1
         if run.id not in freed and models.intersection(run.models):
             yield run, PreemptReason.LEAST_ATTAINED_SERVICE
+
+
+class _LevelScan:
+    """Running jobs above one attained-service level, in victim order, found as far as
+    read: ``found`` grows by one per ``more`` until the victim order is exhausted (it
+    does not change during a cycle: trial releases are kept in ``_Cycle.freed``)."""
+
+    __slots__ = ("bounds", "found", "level", "now", "order", "pos", "running", "young")
+
+    def __init__(self, state: SchedulerState, level: int, now: float) -> None:
+        policy = state.policy
+        self.bounds, self.young = policy.las_thresholds, now - policy.las_min_run_s
+        self.level, self.now = level, now
+        self.order, self.running = state.victim_order, state.running
+        self.pos = 0
+        self.found: list[RunningJob] = []
+
+    def more(self) -> bool:
+        """Find the next job above the level; False if there is none."""
+        order, running, young, now = self.order, self.running, self.young, self.now
+        bounds, level = self.bounds, self.level
+        while self.pos < len(order):
+            run = running[order[self.pos][1]]
+            self.pos += 1
+            if run.start_s <= young and bisect.bisect_right(  # policy.level, inlined
+                    bounds, run.attained_gpu_s + run.gpu_equivalents * (now - run.start_s)) > level:
+                self.found.append(run)
+                return True
+        return False
 
 
 def _budget_left(state: SchedulerState, tenant: str, now: float, cycle: _Cycle) -> int:

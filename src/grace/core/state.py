@@ -20,6 +20,7 @@ from grace.core.capacity import FreeCapacity, GroupIndex, Placement
 from grace.core.decisions import DecideResult
 from grace.core.fragmentation import DemandModel, FragmentationIndex
 from grace.core.jobs import JobId, PendingJob, RunningJob
+from grace.core.las_ready import LevelReadiness
 from grace.core.policies import QueuePolicy
 from grace.core.quotas import UNLIMITED, TenantQuota
 from grace.core.spine_load import SpineLoad
@@ -73,6 +74,8 @@ class SchedulerState:
         # preemptible running jobs, cheapest to displace first (lowest priority, then the
         # latest started): least-attained-service preemption reads the first few of them
         self.victim_order: list[tuple[tuple, JobId]] = []
+        # from when each preemptible running job is above each attained-service level
+        self.las_ready = LevelReadiness(policy, self.running)
         self.groups_by_model: dict[str, list[GroupIndex]] = {}
         self._groups_cache: dict[tuple, list[tuple[str, GroupIndex]]] = {}
         pool_order = {n.pool: i for i, n in reversed(list(enumerate(topo.nodes)))}
@@ -157,6 +160,7 @@ class SchedulerState:
             self.preemptible_by_priority[run.priority] += 1
             self.preemptible_borrowing += run.borrowing
             bisect.insort(self.victim_order, (victim_key(run), run.id))
+            self.las_ready.started(run)
         self.tenant_usage(job.tenant).gpus += run.gpu_equivalents
         bisect.insort(self.ends, (run.expected_end_s, run.id))
         if run.limit_s:
