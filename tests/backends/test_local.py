@@ -358,6 +358,71 @@ def test_attempt_survives_control_plane_sigkill_and_is_adopted(lab: ClusterSpec,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ended_before_restart", [False, True])
+def test_a_launch_cut_short_after_every_agent_started_is_adopted_not_run_again(
+        lab: ClusterSpec, tmp_path: Path, ended_before_restart: bool) -> None:
+    """The control plane dies after starting every agent but before recording the handle
+    (no registry record, no launch.json). The next one rebuilds the handle from the plan in
+    launching.json and the agents' own records, and adopts the attempt: still running, or
+    already ended with its outcome. Reaping it instead ran the job a second time whenever
+    the restart was slower than the job (CI, test_crash_launch)."""
+    b = backend(lab, tmp_path)
+    short = ("python", "-c", "import time; time.sleep(4)")
+    spec = dataclasses.replace(launch_spec(tmp_path), command=short)
+    handle = b.launch(spec)
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    for node in ("a100-00", "a100-01"):
+        deadline = time.monotonic() + 20
+        while not (attempt_dir / f"{node}.agent.json").exists():
+            assert time.monotonic() < deadline, "the agent never recorded itself"
+            time.sleep(0.05)
+    (tmp_path / "state" / "attempts" / "1-1.json").unlink()  # as if the crash came first
+    (attempt_dir / "launch.json").unlink()
+    if ended_before_restart:
+        deadline = time.monotonic() + 60
+        while not all((attempt_dir / f"{n}.exit").exists() for n in ("a100-00", "a100-01")):
+            assert time.monotonic() < deadline, "the attempt never ended"
+            time.sleep(0.2)
+
+    restarted = backend(lab, tmp_path)
+    assert restarted.recorded_handles() == {}
+    rebuilt = restarted.cut_short_handle(1, 1, tmp_path / "job-1")
+    assert rebuilt is not None
+    ours, theirs = json.loads(rebuilt), json.loads(handle)
+    assert {k: ours[k] for k in ("token", "dir", "port", "nodes")} == {
+        k: theirs[k] for k in ("token", "dir", "port", "nodes")}
+    assert restarted.adopt(1, 1, rebuilt) is True
+    obs = wait_until_ended(restarted, 1, timeout=60)
+    assert obs.status is AttemptStatus.SUCCEEDED, obs
+    assert_nothing_left(rebuilt)
+
+
+def test_a_launch_cut_short_before_an_agent_recorded_itself_is_not_adopted(
+        lab: ClusterSpec, tmp_path: Path) -> None:
+    """No handle is rebuilt while any planned agent has no record of its own (it may never
+    have started): recovery then reaps the attempt, as before."""
+    b = backend(lab, tmp_path)
+    attempt_dir = tmp_path / "job-1" / "attempt-1"
+    attempt_dir.mkdir(parents=True)
+    plan = [{"node": "a100-00", "index": 0, "gpus": [0, 1], "cgroup": None},
+            {"node": "a100-01", "index": 1, "gpus": [2, 3], "cgroup": None}]
+    write_json_atomic(attempt_dir / "launching.json",
+                      {"token": "t0k3n", "at": 1.0, "port": 1, "uid": None, "isolation": "none",
+                       "nodes": plan})
+    write_json_atomic(attempt_dir / "a100-00.agent.json", {"node": "a100-00", "pid": 1, "pgid": 1})
+    assert b.cut_short_handle(1, 1, tmp_path / "job-1") is None
+    write_json_atomic(attempt_dir / "a100-01.agent.json", {"node": "a100-00", "pid": 1, "pgid": 1})
+    assert b.cut_short_handle(1, 1, tmp_path / "job-1") is None  # a record for another node
+    write_json_atomic(attempt_dir / "a100-01.agent.json", {"node": "a100-01", "pid": 1, "pgid": 1})
+    rebuilt = b.cut_short_handle(1, 1, tmp_path / "job-1")
+    assert rebuilt is not None and [n["pid"] for n in json.loads(rebuilt)["nodes"]] == [1, 1]
+    # pid 1 is no agent of this attempt: adopt sees nothing of it alive and no exit record
+    assert b.adopt(1, 1, rebuilt) is False
+    write_json_atomic(attempt_dir / "launching.json", {"token": "t0k3n", "at": 1.0})
+    assert b.cut_short_handle(1, 1, tmp_path / "job-1") is None  # an older record: no plan
+
+
+@pytest.mark.slow
 def test_sigkilled_agents_are_lost(lab: ClusterSpec, tmp_path: Path) -> None:
     """Agents killed without a chance to write exit records: LOST, and orphaned workers are swept."""
     b = backend(lab, tmp_path)

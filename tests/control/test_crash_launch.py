@@ -41,8 +41,11 @@ from test_e2e import ENDED, Server, _kill_leftovers
 pytestmark = pytest.mark.slow
 
 RUNS = int(os.environ.get("GRACE_CRASH_RUNS", "2"))
-#: Seconds each rank of the job runs: long enough that an orphaned attempt 1 cannot finish
-#: while the control plane restarts, so a double run would show as two attempts' "done".
+#: Seconds each rank of the job runs: long enough that an orphaned attempt 1 usually cannot
+#: finish while the control plane restarts, so a double run would show as two attempts'
+#: "done". When it does finish first (a 13 s restart on a loaded machine, in CI), the
+#: restarted control plane must adopt its outcome, not run the job again: an attempt whose
+#: every agent started is adopted from what it left on disk (docs/control_plane.md).
 JOB_S = 10.0
 CODE = f"""
 import os, pathlib, time

@@ -555,6 +555,38 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ internals
 
+    def cut_short_handle(self, job_id: int, attempt: int, workdir: Path) -> str | None:
+        """The handle of a launch cut short (no ``launch.json``, no registry record) whose
+        every planned agent started, rebuilt from ``launching.json`` (the control plane's,
+        with the plan) and each agent's ``<node>.agent.json`` (its pid); None if any agent
+        is missing or the record is an older one without a plan.
+
+        A control plane that died between starting the agents and recording the handle
+        would otherwise reap the attempt at its restart and run the job again; if the
+        restart is slower than the job, the attempt has finished by then and its work is
+        done twice. Adopted, it is watched like any other: running, or ended with the
+        outcome its exit records give. A pid that is not this attempt's agent (a job can
+        write its own ``agent.json``) is not taken for one: ``adopt`` checks each agent's
+        command line.
+        """
+        attempt_dir = Path(workdir).resolve() / f"attempt-{attempt}"
+        plan = self._control_record(attempt_dir, "launching.json")
+        if plan is None or not isinstance(plan.get("nodes"), list) or not plan.get("token"):
+            return None
+        uid = plan.get("uid")
+        nodes = []
+        for n in plan["nodes"]:
+            agent = read_job_json(attempt_dir / f"{n['node']}.agent.json",
+                                  int(uid) if uid is not None else None)
+            pid = agent.get("pid") if agent is not None else None
+            if agent is None or agent.get("node") != n["node"] or not isinstance(pid, int):
+                return None
+            nodes.append({**n, "pid": pid, "pgid": pid})
+        data = {"v": HANDLE_VERSION, "backend": self.name, "job_id": job_id, "attempt": attempt,
+                "dir": str(attempt_dir), "token": plan["token"], "port": plan.get("port"),
+                "uid": uid, "isolation": plan.get("isolation"), "nodes": nodes}
+        return json.dumps(data, sort_keys=True)
+
     def _registry(self, job_id: int, attempt: int) -> Path:
         return self._state_dir / "attempts" / f"{job_id}-{attempt}.json"
 
@@ -805,8 +837,15 @@ class LocalBackend:
         self._job_dirs(spec, attempt_dir, uid)
         port, token = _free_port(), uuid.uuid4().hex[:16]
         # The token goes to disk before any process exists, so a control plane that
-        # dies mid-launch leaves a way to find (and kill) a half-started gang.
-        write_json_atomic(attempt_dir / "launching.json", {"token": token, "at": time.time()})
+        # dies mid-launch leaves a way to find (and kill) a half-started gang; with it the
+        # plan (every node, its GPUs), so one whose agents all started can be adopted
+        # instead (``cut_short_handle``).
+        plan = [{"node": a.node, "index": i, "gpus": list(self._cuda_ids(a.node, a.gpus)),
+                 "cgroup": cg.name if (cg := self._cgroup(spec.job_id, spec.attempt, a.node))
+                 else None} for i, a in enumerate(spec.nodes)]
+        write_json_atomic(attempt_dir / "launching.json", {
+            "token": token, "at": time.time(), "port": port, "uid": uid,
+            "isolation": self._isolation.mode.value, "nodes": plan})
         rank_cmd = [
             sys.executable,
             "-m",

@@ -2,7 +2,8 @@
 
 For every attempt the store says is live: adopt it by its handle (the one in
 the store, or the one the backend recorded itself when the crash came between
-the launch and saving the handle). What cannot be adopted is ended by the
+the launch and saving the handle, or one the backend rebuilds from what a launch
+cut short left on disk when every agent of it had started). What cannot be adopted is ended by the
 backend (``reap``: every process carrying the attempt's token, or its Slurm
 job) *before* its job is queued again, so an attempt whose launch was cut
 short can never run beside the next one. Ends requested before the restart
@@ -36,17 +37,27 @@ def recover(ctx: LiveContext, ends: EndRequests) -> list[int]:
         attempts = [(a.job_id, a.number, a.handle or "") for a in repo.running_attempts(s)]
     recorded: dict[tuple[int, int], str] = getattr(backend, "recorded_handles", dict)()
     requeued: list[int] = []
+    rebuild = getattr(backend, "cut_short_handle", None)
     for job_id, number, handle in attempts:
         handle = handle or recorded.get((job_id, number), "")
+        cut_short = False
+        if not handle and rebuild is not None:  # a launch cut short: were all agents started?
+            handle = rebuild(job_id, number, ctx.dirs.job(job_id)) or ""
+            cut_short = bool(handle)
         try:  # no handle: it died before the launch; a bad one cannot be re-attached either
             alive = bool(handle) and backend.adopt(job_id, number, handle)
         except ValueError as e:
             log.warning("job %s attempt %s cannot be adopted (%s): lost", job_id, number, e)
             alive = False
         if alive:
+            if cut_short:
+                log.warning("job %s attempt %s: its launch was cut short after every agent "
+                            "started; adopted it", job_id, number)
             with ends.transaction() as s:
                 attempt = attempt_of(repo.require_job(s, job_id), number)
-                repo.add_event(s, job_id, JobEventKind.ADOPTED, now, {"attempt": number})
+                attempt.handle = attempt.handle or handle
+                repo.add_event(s, job_id, JobEventKind.ADOPTED, now,
+                               {"attempt": number, **({"cut_short": True} if cut_short else {})})
                 if attempt.end_cause is not None:
                     ends.again(attempt)  # asked to end before the restart: ask again
             continue
