@@ -111,8 +111,8 @@ class ViewBuilder:
 
     def build(self, now: float) -> CycleView:
         checking = self.verify and self.incremental
-        before = self._store_mark() if checking else None
         with self.ctx.store.read() as s:
+            clock = changes.current(s) if checking else 0  # before anything else is read
             self.mirror.refresh(s)
             changed = self.mirror.take_changed()
             state = self.state
@@ -139,8 +139,10 @@ class ViewBuilder:
             self._catch_up(s, now)
             view = self._put_back(s, state, sorted(dirty), now)
         self.state = state if self.incremental else None
-        if before is not None:
-            self._check(view, now, before)
+        if checking:
+            # what this build read that a concurrent write could change, as it read it
+            self._check(view, now, (clock, sorted(state.quotas.items()),
+                                    sorted(self._unusable)))
         return view
 
     #: after each build, compare with a snapshot built from scratch and raise if they
@@ -151,11 +153,13 @@ class ViewBuilder:
 
     def _store_mark(self) -> tuple[object, ...]:
         """What a build reads that a concurrent write can change: the change clock (every
-        job write moves it), the tenants' quotas and the nodes out of service. Equal marks
-        before the kept build and after the fresh one mean both read the same store."""
+        job write moves it; the kept build read it first), the tenants' quotas and the
+        nodes out of service. The same after the fresh build as the kept build read them:
+        both builds read the same store."""
         with self.ctx.store.read() as s:
             return (changes.current(s), sorted(quotas(s).items()),
-                    sorted(repo.node_names_out_of_service(s)))
+                    sorted(n for n in repo.node_names_out_of_service(s)
+                           if n in self.ctx.topo.by_name))
 
     def _check(self, view: CycleView, now: float, before: tuple[object, ...]) -> None:
         fresh_builder = ViewBuilder(self.ctx, StoreMirror())
