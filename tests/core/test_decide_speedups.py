@@ -35,7 +35,7 @@ runs = st.lists(st.tuples(
     st.booleans()), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(runs, st.floats(0, 2e7), st.integers(0, len(GRACE.las_thresholds)),
        st.integers(0, 12))
 def test_none_above_is_said_only_when_no_running_job_is_above(specs, now, level, ended):

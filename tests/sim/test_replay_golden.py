@@ -9,7 +9,8 @@ taken away, so queues are deep, reservations and trial preemptions frequent) und
 each policy those paths serve, and compares a digest of every outcome (the summary's
 figures, each job's completion and queue time) with the one the code gave before the
 speed-ups (recorded at commit 417fae2). A digest that moves means a decision moved:
-find which, do not re-record it to pass.
+find which, do not re-record it to pass. Slow (five replays, about 5 s): CI runs it;
+run it by hand after touching ``core``: ``pytest tests/sim/test_replay_golden.py``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def digest(inp: ReplayInput, policy: str) -> str:
     return h.hexdigest()[:16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", sorted(RECORDED))
 def test_a_busy_window_replays_exactly_as_before_the_speed_ups(window: ReplayInput,
                                                                policy: str) -> None:
