@@ -92,3 +92,18 @@ def test_masks_given_back_at_once_leave_the_index_as_releases_one_by_one(data):
         h = batch.groups[key]
         assert (h.nodes_by_free, h.leaf_buckets, h.leaf_free, h.free_total) == (
             g.nodes_by_free, g.leaf_buckets, g.leaf_free, g.free_total)
+
+
+def test_a_long_lived_state_keeps_its_readiness_heaps_bounded():
+    """The live view keeps one state for months: entries of ended jobs must not pile up."""
+    running: dict[JobId, RunningJob] = {}
+    ready = LevelReadiness(GRACE, running)
+    ready.none_above(0, 0.0)
+    for i in range(5000):
+        run = RunningJob(JobId(i), "t", Placement(), float(i), 1.0, (A100,), preemptible=True)
+        running[run.id] = run
+        ready.started(run)
+        running.pop(JobId(i - 3), None)  # three run at a time
+    assert len(ready._heaps[0]) <= 2 * len(running) + 64 + 1
+    # and it still answers from the jobs that run: one of them is above level 0 by then
+    assert not ready.none_above(0, 1e12)

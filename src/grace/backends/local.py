@@ -840,7 +840,8 @@ class LocalBackend:
         # dies mid-launch leaves a way to find (and kill) a half-started gang; with it the
         # plan (every node, its GPUs), so one whose agents all started can be adopted
         # instead (``cut_short_handle``).
-        plan = [{"node": a.node, "index": i, "gpus": list(self._cuda_ids(a.node, a.gpus)),
+        cuda = [self._cuda_ids(a.node, a.gpus) for a in spec.nodes]
+        plan = [{"node": a.node, "index": i, "gpus": list(cuda[i]),
                  "cgroup": cg.name if (cg := self._cgroup(spec.job_id, spec.attempt, a.node))
                  else None} for i, a in enumerate(spec.nodes)]
         write_json_atomic(attempt_dir / "launching.json", {
@@ -859,7 +860,7 @@ class LocalBackend:
         nodes: list[_Node] = []
         try:
             for i, assignment in enumerate(spec.nodes):
-                gpus = self._cuda_ids(assignment.node, assignment.gpus)
+                gpus = cuda[i]
                 torchrun = [
                     sys.executable, "-m", "torch.distributed.run",
                     f"--nnodes={len(spec.nodes)}", f"--node-rank={i}",

@@ -188,37 +188,18 @@ class FreeCapacity:
             _remove(g.share_by_free[count], node)
 
     def _set_mask(self, node: int, mask: int) -> None:
-        """Set a node's free mask and move it between buckets (``_index_remove`` then
-        ``_index_add``, fused: it runs for every node of every trial release)."""
         old_mask = self.free_mask[node]
         if self._log is not None:
             self._log.append(("mask", node, old_mask))
         if self.touched is not None:
             self.touched.add(node)
-        old = self.free_count[node]
-        new = mask.bit_count()
+        usable = self.usable[node]
+        if usable:
+            self._index_remove(node, self.free_count[node])
         self.free_mask[node] = mask
-        self.free_count[node] = new
-        if not self.usable[node]:
-            return
-        g = self.node_group[node]
-        leaf = self._leaf[node]
-        bucket = g.nodes_by_free[old]
-        del bucket[bisect_left(bucket, node)]
-        insort(g.nodes_by_free[new], node)
-        buckets = g.leaf_buckets[leaf]
-        bucket = buckets[old]
-        del bucket[bisect_left(bucket, node)]
-        insort(buckets[new], node)
-        delta = new - old
-        g.leaf_free[leaf] += delta
-        g.domain_free[self._domain[node]] += delta
-        g.free_total += delta
-        share = self.share_mask[node]
-        if old_mask & share:
-            _remove(g.share_by_free[old], node)
-        if mask & share:
-            insort(g.share_by_free[new], node)
+        self.free_count[node] = mask.bit_count()
+        if usable:
+            self._index_add(node, self.free_count[node])
 
     def _set_slice(self, gpu: int, value: tuple[int, int] | None, users: int) -> None:
         g = self.node_group[self.topo.gpu_node[gpu]]

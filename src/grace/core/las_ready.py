@@ -48,6 +48,14 @@ class LevelReadiness:
     def started(self, run: RunningJob) -> None:
         for level, heap in self._heaps.items():
             heapq.heappush(heap, (ready_at(self.policy, run, level), id(run), run))
+            if len(heap) > 2 * len(self.running) + 64:  # ended jobs deep in the heap:
+                self._heaps[level] = self._built(level)  # a long-lived state stays bounded
+
+    def _built(self, level: int) -> list[tuple[float, int, RunningJob]]:
+        heap = [(ready_at(self.policy, run, level), id(run), run)
+                for run in self.running.values() if run.preemptible]
+        heapq.heapify(heap)
+        return heap
 
     def none_above(self, level: int, now: float) -> bool:
         """True only if no running preemptible job can stand above ``level`` at ``now``."""
@@ -55,10 +63,7 @@ class LevelReadiness:
             return True  # the top level: nothing is above it
         heap = self._heaps.get(level)
         if heap is None:
-            heap = self._heaps[level] = [
-                (ready_at(self.policy, run, level), id(run), run)
-                for run in self.running.values() if run.preemptible]
-            heapq.heapify(heap)
+            heap = self._heaps[level] = self._built(level)
         running = self.running
         while heap and running.get(heap[0][2].id) is not heap[0][2]:
             heapq.heappop(heap)  # ended (or ended and restarted: a new entry)

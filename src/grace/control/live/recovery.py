@@ -3,8 +3,8 @@
 For every attempt the store says is live: adopt it by its handle (the one in
 the store, or the one the backend recorded itself when the crash came between
 the launch and saving the handle, or one the backend rebuilds from what a launch
-cut short left on disk when every agent of it had started). What cannot be adopted is ended by the
-backend (``reap``: every process carrying the attempt's token, or its Slurm
+cut short left on disk when every agent of it had started). What cannot be
+adopted is ended by the backend (``reap``: every process carrying the attempt's token, or its Slurm
 job) *before* its job is queued again, so an attempt whose launch was cut
 short can never run beside the next one. Ends requested before the restart
 are sent again: a cancel, a move or a failure is not forgotten.
