@@ -268,3 +268,33 @@ def test_refused_requests_are_audited_accepted_heartbeats_are_not(world: World) 
     beats = [r for r in rows if r[1].endswith("/heartbeats")]
     assert beats == [("job 2 attempt 1", f"POST /jobs/{world.job_a}/heartbeats", "refused")]
     assert ("anonymous", "POST /nodes/a100-01/drain", "denied") in rows
+
+
+def test_each_submission_is_audited_once_with_its_job_refused_ones_too(world: World) -> None:
+    """``POST /jobs`` and ``POST /jobs:batch`` stage their request's entry in the job's own
+    transaction (``request_audit.stage_in``): one entry each, right after the job's, and a
+    refused submission still gets its entry from the middleware."""
+    with world.store.read() as s:
+        before = audit.head(s)[0]
+    member = world.headers["member_a"]
+    ok = world.client.post("/jobs", json=_job("a", "one"), headers=member)
+    batch = world.client.post("/jobs:batch", json={"jobs": [_job("a", "x"), _job("a", "y")]},
+                              headers=member)
+    other_tenant = world.client.post("/jobs", json=_job("b", "not-mine"), headers=member)
+    invalid = world.client.post("/jobs", json={**_job("a", "bad"), "gpus": -1}, headers=member)
+    assert (ok.status_code, batch.status_code, other_tenant.status_code,
+            invalid.status_code) == (201, 201, 403, 422)
+    with world.store.read() as s:
+        rows = [(str(e.action), e.target, str(e.outcome), e.detail.get("status"))
+                for e in audit.entries(s, limit=10_000) if e.seq > before]
+    job = ok.json()["id"]
+    x, y = (j["id"] for j in batch.json()["jobs"])
+    assert rows == [
+        ("job.submitted", f"job:{job}", "ok", None),
+        ("api.request", "POST /jobs", "ok", 201),
+        ("job.submitted", f"job:{x}", "ok", None),
+        ("job.submitted", f"job:{y}", "ok", None),
+        ("api.request", "POST /jobs:batch", "ok", 201),
+        ("api.request", "POST /jobs", "denied", 403),
+        ("api.request", "POST /jobs", "refused", 422),
+    ]

@@ -30,6 +30,7 @@ from grace.control.store import audit, changes
 from grace.control.store import repository as repo
 from grace.control.store import workflow as flows
 from grace.control.store.db import Store
+from grace.control.store.group_commit import AfterFlush
 from grace.control.store.models import Job, JobState
 from grace.core.topology import Topology
 from grace.spec.job import JobSpec
@@ -211,36 +212,44 @@ def test_grace_jobs_all_lists_every_job(client: Any, store: Store, monkeypatch: 
 
 
 # ---------------------------------------------------------------- group commit
+def _units_at_once(store: Store, n: int, work: Any) -> dict[int, Any]:
+    """``work(k, session)`` for k in range(n), from n threads released together through
+    the group commit: each unit's answer, or the ValueError it raised."""
+    results: dict[int, Any] = {}
+    gate = threading.Barrier(n)
+
+    def unit(k: int) -> None:
+        gate.wait()
+        try:
+            results[k] = store.group_commit.run(lambda s: work(k, s))
+        except ValueError as e:
+            results[k] = e
+
+    threads = [threading.Thread(target=unit, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def test_concurrent_units_share_transactions_and_a_failing_one_takes_only_itself(
         store: Store) -> None:
     """32 threads submit at once through the group commit; every third unit fails after
     writing its job and staging an audit entry. The others are stored once each; the
     failed ones left nothing, not even their audit entries; fewer commits than units."""
     spec = JobSpec.model_validate({**GOOD, "name": "grouped"})
-    results: dict[int, Any] = {}
-    gate = threading.Barrier(32)
 
-    def unit(k: int) -> None:
-        def work(s: Any) -> int:
-            job = repo.add_job(s, spec.model_copy(update={"name": f"g{k}"}), 1.0)
-            audit.append(s, "test", audit.AuditAction.API_REQUEST, f"unit {k}",
-                         audit.AuditOutcome.OK, 1.0)
-            s.flush()
-            if k % 3 == 0:
-                raise ValueError(f"unit {k} refuses")
-            return job.id
+    def work(k: int, s: Any) -> int:
+        job = repo.add_job(s, spec.model_copy(update={"name": f"g{k}"}), 1.0)
+        audit.append(s, "test", audit.AuditAction.API_REQUEST, f"unit {k}",
+                     audit.AuditOutcome.OK, 1.0)
+        s.flush()
+        if k % 3 == 0:
+            raise ValueError(f"unit {k} refuses")
+        return job.id
 
-        gate.wait()
-        try:
-            results[k] = store.group_commit.run(work)
-        except ValueError as e:
-            results[k] = e
-
-    threads = [threading.Thread(target=unit, args=(k,)) for k in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = _units_at_once(store, 32, work)
     failed = {k for k in range(32) if k % 3 == 0}
     assert all(isinstance(results[k], ValueError) for k in failed)
     with store.read() as s:
@@ -253,6 +262,39 @@ def test_concurrent_units_share_transactions_and_a_failing_one_takes_only_itself
     assert store.group_commit.groups < store.group_commit.units == 32
     with store.read() as s:
         assert audit.verify(s).ok  # the chain holds across grouped transactions
+
+
+def test_jobs_numbered_at_the_groups_flush_get_their_own_event_entry_and_answer(
+        store: Store) -> None:
+    """The ``POST /jobs`` path: each unit adds its job without flushing
+    (``numbered=False``) and answers its id after the group's one flush
+    (``AfterFlush``); every third unit fails after adding its job. Each stored job has
+    exactly its own submitted event and audit entry (targets filled in after the flush),
+    each caller got its own job's id, and the failed ones left nothing."""
+    spec = JobSpec.model_validate({**GOOD, "name": "grouped"})
+
+    def work(k: int, s: Any) -> AfterFlush[tuple[int, str]]:
+        job = repo.add_job(s, spec.model_copy(update={"name": f"n{k}"}), 1.0, "t",
+                           numbered=False)
+        assert job.id is None  # numbered by the group's flush, not here
+        if k % 3 == 0:
+            raise ValueError(f"unit {k} refuses")
+        return AfterFlush(lambda: (job.id, job.name))
+
+    results = _units_at_once(store, 24, work)
+    kept = [k for k in range(24) if k % 3]
+    assert all(isinstance(results[k], ValueError) for k in range(24) if k % 3 == 0)
+    assert [results[k][1] for k in kept] == [f"n{k}" for k in kept]  # each its own job
+    ids = {results[k][0] for k in kept}
+    with store.read() as s:
+        jobs = {j.id: j.name for j in repo.list_jobs(s, limit=1000)}
+        events = [(e.job_id, str(e.kind)) for i in ids for e in repo.events(s, i)]
+        entries = [e.target for e in audit.entries(s, limit=1000)
+                   if str(e.action) == "job.submitted"]
+        assert audit.verify(s).ok
+    assert jobs == {results[k][0]: f"n{k}" for k in kept}
+    assert sorted(events) == sorted((i, "submitted") for i in ids)
+    assert sorted(entries) == sorted(audit.job_target(i) for i in ids)
 
 
 # ---------------------------------------------------------------- cycle reads by index

@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 
 from grace.backends.isolation import read_job_json
 from grace.backends.local_agent import write_json_atomic
-from grace.control import log_reader, sweep_metrics
+from grace.control import log_reader, request_audit, sweep_metrics
 from grace.control.access_log import AccessLog
 from grace.control.admission import Admission, AdmissionRefused, admit
 from grace.control.api_contract import (
@@ -83,6 +83,7 @@ from grace.control.store import audit, exclusions, tokens
 from grace.control.store import repository as repo
 from grace.control.store.db import Store
 from grace.control.store.errors import Fenced, IllegalJobTransition
+from grace.control.store.group_commit import AfterFlush
 from grace.control.store.lease import Leadership
 from grace.control.store.models import LIVE_ATTEMPT_STATES, Job, JobState, Role
 from grace.control.store.writability import describe_failure, probe_write
@@ -307,7 +308,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             **report, "status": "degraded", "store": f"unwritable: {failure.reason}"})
 
     @app.post("/jobs", status_code=201, responses=errors(*WRITE, *BODY))
-    def submit(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:
+    def submit(body: dict[str, Any], request: Request, who: Principal = member) -> dict[str, Any]:
         """A member submits for its own tenant (the body's ``tenant`` may only repeat it);
         operators and admins for any tenant (their token's, if the body names none)."""
         body = _tenant_body(body, who)
@@ -317,20 +318,24 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             raise HTTPException(422, detail=_problems(e)) from e
         record = _vet(spec)
 
-        def store_it(s: Session) -> dict[str, Any]:
-            # one job, or an array's tasks; and its preflight job (routes_sweep)
-            jobs = submit_with_preflight(s, spec, who, clock(), _vet)
+        def store_it(s: Session) -> AfterFlush:
+            # one job, or an array's tasks; and its preflight job (routes_sweep). A single
+            # job gets its id when the group's rows are flushed together (group_commit)
+            jobs = submit_with_preflight(s, spec, who, clock(), _vet, numbered=False)
             for job in jobs:
                 job.owner = job.owner or who.token_id
                 job.admission = job.admission or record
-            s.flush()
-            return submitted_with_preflight(jobs, submitted)
+            request_audit.stage_in(s, request.scope, 201, clock())  # the request's own entry
+            return AfterFlush(lambda: submitted_with_preflight(jobs, submitted))
 
         # concurrent submissions share a transaction (group commit); answered once committed
-        return store.group_commit.run(store_it)
+        answer = store.group_commit.run(store_it)
+        request_audit.committed(request.scope, 201)
+        return answer
 
     @app.post("/jobs:batch", status_code=201, responses=errors(*WRITE, *BODY))
-    def submit_batch(body: dict[str, Any], who: Principal = member) -> dict[str, Any]:
+    def submit_batch(body: dict[str, Any], request: Request,
+                     who: Principal = member) -> dict[str, Any]:
         """Up to ``MAX_BATCH`` jobs in one request and one transaction, all stored or none
         (a sweep's trials, a pipeline's stages, a script's submitter): far fewer round
         trips and commits than one ``POST /jobs`` each. Each job is checked as ``POST
@@ -370,6 +375,8 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
                     job.owner = job.owner or who.token_id
                     job.admission = job.admission or record
                 out.append(submitted_with_preflight(jobs, submitted))
+            request_audit.stage_in(s, request.scope, 201, now)
+        request_audit.committed(request.scope, 201)
         return {"jobs": out}
 
     def _tenant_body(body: dict[str, Any], who: Principal) -> dict[str, Any]:

@@ -11,6 +11,14 @@ Why a limit on denied entries: a flood of requests without a valid token would
 otherwise write one entry each. At most ``DENIED_PER_MINUTE`` denied requests
 per client address per minute are written; the rest are counted and the count
 goes into the next entry written for that address.
+
+A route that writes through ``store.group_commit`` (``POST /jobs``) may stage its
+request's entry in its own unit (``stage_in``): the entry then commits with the job,
+in the same transaction, instead of a second unit queued after the answer (under
+many clients that second round trip through the one writer thread was half of its
+work). The middleware skips a request whose entry was committed so, unless the
+answer's status turned out different; a unit that raised takes its staged entry
+with it, and the middleware records the failure as for any request.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grace.control.auth import Principal
@@ -35,6 +44,8 @@ ANONYMOUS = "anonymous"
 #: Accepted heartbeats are not audited (each rank posts every few seconds; the access log
 #: has them); refused ones are: a forged heartbeat is what the trail is for.
 HEARTBEATS = "/heartbeats"
+#: ``scope["state"]`` key: the status whose entry a route committed itself (``stage_in``)
+AUDITED = "grace.audited_status"
 
 
 class RequestAudit:
@@ -66,28 +77,28 @@ class RequestAudit:
         try:
             await self.app(scope, receive, sending)
         finally:
-            await anyio.to_thread.run_sync(self._record, scope, status["code"])
+            if scope.get("state", {}).get(AUDITED) != status["code"]:
+                await anyio.to_thread.run_sync(self._record, scope, status["code"])
 
     def _record(self, scope: Scope, status: int) -> None:
         if not self.writes_allowed():
             return
-        who = scope.get("state", {}).get("principal")
-        principal = who if isinstance(who, Principal) else None
+        who = _principal(scope)
         outcome = audit.outcome_of_status(status)
         if outcome is audit.AuditOutcome.OK and str(scope.get("path", "")).endswith(HEARTBEATS):
             return  # a job's progress every few seconds is telemetry, not an action
         detail: dict[str, Any] = {"status": status}
-        if principal is None and outcome is audit.AuditOutcome.DENIED:
+        if who is None and outcome is audit.AuditOutcome.DENIED:
             skipped = self._admit_denied(_client(scope))
             if skipped is None:
                 return
             if skipped:
                 detail["denied_not_recorded"] = skipped
-        target = f"{scope['method']} {scope.get('path', '')}"[:400]
+        target = _target(scope)
         try:
-            audit.record(self.store, principal.actor if principal else ANONYMOUS,
+            audit.record(self.store, who.actor if who else ANONYMOUS,
                          audit.AuditAction.API_REQUEST, target, outcome, self.clock(),
-                         principal.token_id if principal else None, detail)
+                         who.token_id if who else None, detail)
         except Exception:  # the answer is already sent; a full disk must not turn it into a 500
             log.exception("could not write the audit entry of %s (%s)", target, status)
 
@@ -107,9 +118,34 @@ class RequestAudit:
             return skipped
 
 
+def stage_in(session: Session, scope: Scope, status: int, at: float) -> None:
+    """Stage the entry the middleware would write for this request answered ``status``,
+    in ``session`` (the route's own write): it commits or rolls back with the route's
+    changes. Call ``committed`` once the write committed, so the middleware skips it."""
+    who = _principal(scope)
+    audit.append(session, who.actor if who else ANONYMOUS, audit.AuditAction.API_REQUEST,
+                 _target(scope), audit.outcome_of_status(status), at,
+                 who.token_id if who else None, {"status": status})
+
+
+def committed(scope: Scope, status: int) -> None:
+    """The entry ``stage_in`` staged for ``status`` is in the store: don't write another."""
+    scope.setdefault("state", {})[AUDITED] = status
+
+
+def _principal(scope: Scope) -> Principal | None:
+    who = scope.get("state", {}).get("principal")
+    return who if isinstance(who, Principal) else None
+
+
+def _target(scope: Scope) -> str:
+    return f"{scope['method']} {scope.get('path', '')}"[:400]
+
+
 def _client(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0]) if client else "-"
 
 
-__all__ = ["ANONYMOUS", "DENIED_PER_MINUTE", "WRITES", "RequestAudit"]
+__all__ = ["ANONYMOUS", "AUDITED", "DENIED_PER_MINUTE", "WRITES", "RequestAudit", "committed",
+           "stage_in"]

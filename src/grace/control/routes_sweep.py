@@ -74,17 +74,18 @@ def refuse_internal_dependency(spec: JobSpec, prefix: str = "") -> None:
 
 
 def submit_with_preflight(s: Session, spec: JobSpec, who: Principal, now: float,
-                          vet: Vet) -> list[Job]:
+                          vet: Vet, numbered: bool = True) -> list[Job]:
     """``POST /jobs``'s store half with preflights: the job's rows (``submit_jobs``), then,
     last, its preflight job's, the job depending on it. ``spec.sweep`` is refused: only
-    ``POST /sweeps`` makes trials."""
+    ``POST /sweeps`` makes trials. ``numbered=False``: see ``submit_jobs`` (a job with a
+    preflight is numbered at once: its gate names the preflight's id)."""
     if spec.sweep is not None:
         raise HTTPException(422, detail=[{"field": "sweep", "message": (
             "set by the control plane on a sweep's trials; submit a kind: sweep file "
             "(POST /sweeps) instead")}])
     refuse_internal_dependency(spec)
     if spec.preflight is None:
-        return submit_jobs(s, spec, who, now)
+        return submit_jobs(s, spec, who, now, numbered)
     pre_spec = preflight_spec(spec)
     try:
         record = vet(pre_spec)

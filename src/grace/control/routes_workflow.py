@@ -44,11 +44,14 @@ def check_dependencies(s: Session, spec: JobSpec, who: Principal, prefix: str = 
                 "(grace jobs lists them)")}])
 
 
-def submit_jobs(s: Session, spec: JobSpec, who: Principal, now: float) -> list[Job]:
-    """Store ``spec``: one job, or one per task of its array (a throttled group)."""
+def submit_jobs(s: Session, spec: JobSpec, who: Principal, now: float,
+                numbered: bool = True) -> list[Job]:
+    """Store ``spec``: one job, or one per task of its array (a throttled group).
+    ``numbered=False``: a single job may get its id at the session's next flush
+    (``repo.add_job``); an array's tasks are numbered at once (they name the first)."""
     check_dependencies(s, spec, who)
     if spec.array is None:
-        return [repo.add_job(s, spec, now, who.actor, who.token_id)]
+        return [repo.add_job(s, spec, now, who.actor, who.token_id, numbered=numbered)]
     return repo.add_job_group(s, [spec] * len(spec.array.indices), spec.array.max_parallel,
                               now, who.actor, who.token_id, "array", spec.array.indices)
 

@@ -98,7 +98,7 @@ def make_engine(url: str) -> Engine:
                              max_overflow=PG_MAX_OVERFLOW)
     if parsed.database and parsed.database != ":memory:":
         _private_sqlite(Path(parsed.database))
-    engine = create_engine(url)
+    engine = create_engine(url, pool_size=20, max_overflow=40)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine

@@ -10,6 +10,11 @@ API, the larger the groups. A group first runs without savepoints (each is two
 round trips on PostgreSQL); only if a unit raises is the group rolled back and
 run again with a savepoint per unit.
 
+A unit may return ``AfterFlush(answer)``: its caller then gets ``answer()``, called
+once the group's rows are flushed. A unit that adds rows without flushing (a job
+whose id is assigned at the flush) then costs the group one flush in all, not one
+each.
+
 Nothing is acknowledged before it is committed: ``run`` returns a unit's result
 (or raises its error) only after the group's commit. A unit that raises is
 rolled back to its savepoint, with the audit entries it staged, and only its
@@ -25,7 +30,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from sqlalchemy.orm import Session
 
@@ -56,7 +61,13 @@ class GroupCommit:
         self.groups = 0
         self.units = 0
 
-    def run(self, work: Callable[[Session], T]) -> T:
+    @overload
+    def run(self, work: Callable[[Session], AfterFlush[T]]) -> T: ...
+
+    @overload
+    def run(self, work: Callable[[Session], T]) -> T: ...
+
+    def run(self, work: Callable[[Session], Any]) -> Any:
         """Do ``work`` in the next group's transaction; its result once that committed.
 
         Refused inside a ``store.transaction()`` of this thread (or inside a unit): the
@@ -64,7 +75,7 @@ class GroupCommit:
         if self.store.writes_open() or threading.current_thread() is self._writer:
             raise RuntimeError("group_commit.run inside a write transaction would wait on "
                                "itself: write through the session already open")
-        done: Future[T] = Future()
+        done: Future[Any] = Future()
         self._queue.put((work, done))
         with self._lock:
             if self._writer is None or not self._writer.is_alive():
@@ -122,6 +133,11 @@ class GroupCommit:
                     outcomes.append((done, True, work(s)))
                 except Exception as e:
                     raise _UnitFailed from e
+            s.flush()  # every unit's rows at once
+            try:
+                outcomes = [(done, ok, _answer(value)) for done, ok, value in outcomes]
+            except Exception as e:
+                raise _UnitFailed from e
         return outcomes
 
     def _apart(self, group: list[tuple[Work, Future[Any]]]) -> list[Outcome]:
@@ -133,11 +149,27 @@ class GroupCommit:
                 mark = staged_count(s)
                 try:
                     with s.begin_nested():
-                        outcomes.append((done, True, work(s)))
+                        value = work(s)
+                        s.flush()
+                        outcomes.append((done, True, _answer(value)))
                 except Exception as e:  # handed to its own caller
                     drop_staged(s, mark)
                     outcomes.append((done, False, e))
         return outcomes
+
+
+class AfterFlush(Generic[T]):
+    """A unit's answer that needs its rows flushed first (their ids): ``answer()`` is
+    called after the group's flush, in the group's transaction."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Callable[[], T]) -> None:
+        self.answer = answer
+
+
+def _answer(value: Any) -> Any:
+    return value.answer() if isinstance(value, AfterFlush) else value
 
 
 class _UnitFailed(Exception):
@@ -147,4 +179,4 @@ class _UnitFailed(Exception):
 Outcome = tuple[Future[Any], bool, Any]
 
 
-__all__ = ["MAX_BATCH", "GroupCommit"]
+__all__ = ["MAX_BATCH", "AfterFlush", "GroupCommit"]

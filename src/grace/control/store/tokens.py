@@ -22,7 +22,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from grace.control.store.models import ApiToken, Role, StoreMeta
@@ -77,19 +77,37 @@ def create(session: Session, *, name: str, role: Role, tenant: str | None, creat
     return row, f"{USER_PREFIX}{token_id}_{secret}"
 
 
-def authenticate(session: Session, presented: str, now: float) -> ApiToken:
-    """The live token row ``presented`` names; raises ``TokenRefused`` saying why not."""
+@dataclass(frozen=True)
+class LiveToken:
+    """What a request needs of the token it presented (its row, read as plain columns)."""
+
+    id: str
+    name: str
+    role: Role
+    tenant: str | None
+
+
+#: The columns ``authenticate`` reads, as one statement built once: a plain select, not
+#: ``Session.get`` (its ORM work, and building the query anew, was most of what a
+#: request's authentication cost)
+_LOOKUP = select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.tenant,
+                 ApiToken.secret_hash, ApiToken.revoked_at, ApiToken.expires_at
+                 ).where(ApiToken.id == bindparam("token_id"))
+
+
+def authenticate(session: Session, presented: str, now: float) -> LiveToken:
+    """The live token ``presented`` names; raises ``TokenRefused`` saying why not."""
     m = _USER.match(presented)
     if m is None:
         raise TokenRefused(TokenProblem.MALFORMED)
-    row = session.get(ApiToken, m.group(1))
+    row = session.connection().execute(_LOOKUP, {"token_id": m.group(1)}).one_or_none()
     if row is None or not hmac.compare_digest(row.secret_hash, _digest(m.group(2))):
         raise TokenRefused(TokenProblem.UNKNOWN)
     if row.revoked_at is not None:
         raise TokenRefused(TokenProblem.REVOKED, row.id)
     if row.expires_at is not None and now >= row.expires_at:
         raise TokenRefused(TokenProblem.EXPIRED, row.id)
-    return row
+    return LiveToken(row.id, row.name, row.role, row.tenant)
 
 
 def listed(session: Session) -> list[ApiToken]:
