@@ -505,7 +505,11 @@ def test_grace_up_with_notify_posts_a_signed_webhook_when_a_job_completes(tmp_pa
             while not rx.got:
                 assert time.monotonic() < deadline, server.output()
                 time.sleep(0.2)
-            listed = client.get(f"/jobs/{jid}/notifications").json()
+            # the receiver has the request before the deliverer has its answer and marks
+            # the notification delivered: wait for that mark, not only for the request
+            while (listed := client.get(f"/jobs/{jid}/notifications").json()) and \
+                    listed[0]["status"] == "pending" and time.monotonic() < deadline:
+                time.sleep(0.2)
             assert [(d["event"], d["status"]) for d in listed] == [("ended", "delivered")]
         key_file = state / KEY_FILE
         assert key_file.stat().st_mode & 0o777 == 0o600

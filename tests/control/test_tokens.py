@@ -123,3 +123,24 @@ def test_without_a_token_the_cli_says_how_to_get_one(store: Store, tmp_path: Pat
     text = " ".join(r.output.split())
     assert "no token" in text and "GRACE_TOKEN" in text and "grace token create" in text
     assert os.environ.get("GRACE_TOKEN") is None
+
+
+def test_a_token_check_reads_one_statement_and_sees_a_revocation_at_once(store: Store) -> None:
+    """``Store.lookup``: on PostgreSQL an autocommit connection (one round trip per token
+    check, no BEGIN/ROLLBACK); on both, a token revoked by a committed write is refused by
+    the very next check, and the connection goes back to the pool in its normal mode."""
+    with store.transaction() as s:
+        row, text = tokens.create(s, name="ci", role=Role.MEMBER, tenant="a", created_by="t",
+                                  now=0.0)
+    with store.lookup() as conn:
+        live = tokens.authenticate(conn, text, 1.0)
+        if store.dialect == "postgresql":
+            assert conn.connection.dbapi_connection.autocommit  # type: ignore[union-attr]
+    assert (live.id, live.name, live.role, live.tenant) == (row.id, "ci", Role.MEMBER, "a")
+    with store.transaction() as s:
+        tokens.revoke(s, row.id, 2.0)
+    with store.lookup() as conn, pytest.raises(tokens.TokenRefused) as refused:
+        tokens.authenticate(conn, text, 3.0)
+    assert refused.value.problem is tokens.TokenProblem.REVOKED
+    with store.engine.connect() as conn:  # the pool's connections are not left autocommit
+        assert conn.get_isolation_level() != "AUTOCOMMIT"

@@ -154,8 +154,8 @@ class Authenticator:
                     claim = tokens.job_claim(s, presented)
                 return Principal(PrincipalKind.JOB, f"job-{claim.job_id}-{claim.attempt}",
                                  f"job {claim.job_id} attempt {claim.attempt}", job=claim)
-            with self.store.read() as s:
-                row = tokens.authenticate(s, presented, now)
+            with self.store.lookup() as conn:
+                row = tokens.authenticate(conn, presented, now)
                 principal = Principal(PrincipalKind.USER, row.id, row.name, Role(row.role),
                                       row.tenant)
         except TokenRefused as e:

@@ -41,7 +41,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
@@ -271,6 +271,21 @@ class Store:
             yield session
             if has_staged(session):
                 raise RuntimeError("audit entries need a write: append them in Store.transaction()")
+
+    @contextmanager
+    def lookup(self) -> Iterator[Connection]:
+        """A connection for one read statement (a token check on every request).
+
+        PostgreSQL: in autocommit, so the read is one round trip, not four (the pool's
+        ping aside: ``BEGIN``, the statement, ``ROLLBACK``); a single statement sees one
+        snapshot on its own. SQLite: the read transaction ``read`` opens (a statement
+        there is a call in process, and a transaction left open would hold the WAL)."""
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as conn:
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+            return
+        with self.read() as session:
+            yield session.connection()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -22,7 +22,7 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.orm import Session
 
 from grace.control.store.models import ApiToken, Role, StoreMeta
@@ -95,12 +95,14 @@ _LOOKUP = select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.tenant,
                  ).where(ApiToken.id == bindparam("token_id"))
 
 
-def authenticate(session: Session, presented: str, now: float) -> LiveToken:
-    """The live token ``presented`` names; raises ``TokenRefused`` saying why not."""
+def authenticate(db: Session | Connection, presented: str, now: float) -> LiveToken:
+    """The live token ``presented`` names; raises ``TokenRefused`` saying why not.
+    ``db``: a session, or a connection (``Store.lookup``)."""
     m = _USER.match(presented)
     if m is None:
         raise TokenRefused(TokenProblem.MALFORMED)
-    row = session.connection().execute(_LOOKUP, {"token_id": m.group(1)}).one_or_none()
+    conn = db.connection() if isinstance(db, Session) else db
+    row = conn.execute(_LOOKUP, {"token_id": m.group(1)}).one_or_none()
     if row is None or not hmac.compare_digest(row.secret_hash, _digest(m.group(2))):
         raise TokenRefused(TokenProblem.UNKNOWN)
     if row.revoked_at is not None:
