@@ -63,6 +63,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: PostgreSQL's default max_connections of 100.
 PG_POOL_SIZE = 10
 PG_MAX_OVERFLOW = 30
+#: SQLite's pool: SQLAlchemy's default 5 + 10 overflowed under 32 API clients, and each
+#: overflow connection was opened, given its PRAGMAs and closed again per request.
+SQLITE_POOL_SIZE = 20
+SQLITE_MAX_OVERFLOW = 40
 _READ_ONLY = "grace_read_only"  # execution option: this connection's transactions only read
 #: the fence check: a no-op update that matches only while the lease is still ours. An UPDATE,
 #: not a SELECT, so that on PostgreSQL it takes the row lock a takeover must wait for.
@@ -98,7 +102,7 @@ def make_engine(url: str) -> Engine:
                              max_overflow=PG_MAX_OVERFLOW)
     if parsed.database and parsed.database != ":memory:":
         _private_sqlite(Path(parsed.database))
-    engine = create_engine(url, pool_size=20, max_overflow=40)
+    engine = create_engine(url, pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_MAX_OVERFLOW)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine

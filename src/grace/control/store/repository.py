@@ -230,14 +230,12 @@ def add_job(session: Session, spec: JobSpec, now: float, actor: str = audit.CONT
               cancel_requested=False, held=spec.hold, requeue_requested=False)
     session.add(job)
     detail = {"gpus": job.gpus, "tenant": job.tenant}
-    if numbered:
-        session.flush()  # assigns job.id
-        add_event(session, job.id, JobEventKind.SUBMITTED, now, detail, actor, token_id)
-        return job
     event_ = JobEvent(kind=JobEventKind.SUBMITTED, at=now, detail=detail, actor=actor)
     entry = audit.append(session, actor, audit.job_action(event_.kind), _UNNUMBERED_TARGET,
                          audit.AuditOutcome.OK, now, token_id, detail)
     session.info.setdefault(_UNNUMBERED, []).append((job, event_, entry))
+    if numbered:
+        session.flush()  # assigns job.id (and _number_jobs completes its event and entry)
     return job
 
 
