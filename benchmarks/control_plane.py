@@ -27,9 +27,12 @@ ended; each with its attempts and events, as the control plane writes them.
 Prints one JSON object on its last line: ``store``, ``cycle_p50_ms``,
 ``cycle_p99_ms``, ``decide_p50_ms`` (the largest pending count), ``submits_per_s``
 (the most clients), ``submits_per_s_by_clients``, ``batch_submits_per_s``,
-``cpu_ms_per_submit_by_clients`` (CPU per submission of the server process and of
-this client process: on a small machine the two share the cores, and the server's
-figure bounds what one API process can take), ``stored_exactly_once``,
+``cpu_ms_per_submit_by_clients`` (CPU per submission of the server process, of
+this client process, of PostgreSQL's processes when it runs on this machine, and of
+the whole ``machine``: on a small machine they share the cores, and the server's
+figure bounds what one API process can take), ``submits_per_s_all_cores_bound``
+(``cores`` x 1000 over the machine's figure at the most clients: no arrangement of
+processes submits faster on this machine), ``stored_exactly_once``,
 ``list_p99_ms``, and per pending count the phases.
 
 Run: ``python benchmarks/control_plane.py [--db postgresql://...] [--profile]``
@@ -395,10 +398,10 @@ def bench_api(url: str, state_dir: Path, n_jobs: int, requests: int, submissions
         acknowledged: list[int] = []
         first = requests
         for n in clients:
-            server0, client0 = _cpu_seconds(proc.pid), time.process_time()
+            cpu0 = _cpu_now(proc.pid)
             wall, ids = _submit_concurrently(base, n, range(first, first + submissions))
-            cpu_ms[n] = {"server": round((_cpu_seconds(proc.pid) - server0) * 1000 / submissions, 2),
-                         "client": round((time.process_time() - client0) * 1000 / submissions, 2)}
+            cpu_ms[n] = {k: round((v - cpu0[k]) * 1000 / submissions, 2)
+                         for k, v in _cpu_now(proc.pid).items()}
             first += submissions
             by_clients[n] = round(submissions / wall, 1)
             acknowledged += ids
@@ -420,6 +423,13 @@ def bench_api(url: str, state_dir: Path, n_jobs: int, requests: int, submissions
             "sequential_submissions_per_s": round(1000 / float(np.mean(latency["POST /jobs"])), 1)}
 
 
+def _cpu_now(server_pid: int) -> dict[str, float]:
+    """CPU seconds so far: the API server, this client, PostgreSQL (if it runs here) and
+    the whole machine (what the cores gave every process, other tenants included)."""
+    return {"server": _cpu_seconds(server_pid), "client": time.process_time(),
+            "database": _postgres_seconds(), "machine": _machine_seconds()}
+
+
 #: jobs per ``POST /jobs:batch`` in the batch run
 BATCH = 100
 
@@ -428,6 +438,30 @@ def _cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) of process ``pid`` so far, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _postgres_seconds() -> float:
+    """CPU seconds so far of this machine's PostgreSQL processes (the server and its
+    backends, each named ``postgres``); 0 where none runs here (SQLite, or a remote one)."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres":
+            fields = stat.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _machine_seconds() -> float:
+    """CPU seconds every process on this machine has used so far, all cores (``/proc/stat``:
+    all but idle and I/O wait). On a shared machine this includes its other tenants."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _submit_concurrently(base: str, clients: int, numbers: range,
@@ -468,12 +502,23 @@ def _submit_concurrently(base: str, clients: int, numbers: range,
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=submitter) for _ in range(clients)]
+    failures: list[BaseException] = []
+
+    def guarded() -> None:  # a thread's error would otherwise only be printed, and the
+        try:                # rate worked out from the submissions it never made
+            submitter()
+        except BaseException as e:
+            with lock:
+                failures.append(e)
+
+    threads = [threading.Thread(target=guarded) for _ in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {clients} clients failed") from failures[0]
     return time.perf_counter() - t0, ids
 
 
@@ -566,6 +611,12 @@ def main() -> None:
         "submits_per_s_by_clients": api["submissions_per_s"],
         "batch_submits_per_s": api["batch_submissions_per_s"],
         "cpu_ms_per_submit_by_clients": api["cpu_ms_per_submit"],
+        # the rate at which this machine's cores run out, were every process to scale
+        # across them perfectly: its cores over the CPU one submission took, all told
+        "cores": os.cpu_count(),
+        "submits_per_s_all_cores_bound": round(
+            (os.cpu_count() or 1) * 1000 / max(api["cpu_ms_per_submit"][most]["machine"], 1e-3),
+            1),
         "stored_exactly_once": once["ok"],
         "list_p99_ms": api["p99"]["GET /jobs?limit=200"],
         "api_p99_ms_by_endpoint": api["p99"],

@@ -37,6 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from grace.backends.isolation import read_job_json
 from grace.backends.local_agent import write_json_atomic
@@ -308,15 +309,22 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             **report, "status": "degraded", "store": f"unwritable: {failure.reason}"})
 
     @app.post("/jobs", status_code=201, responses=errors(*WRITE, *BODY))
-    def submit(body: dict[str, Any], request: Request, who: Principal = member) -> dict[str, Any]:
+    async def submit(body: dict[str, Any], request: Request,
+                     who: Principal = member) -> dict[str, Any]:
         """A member submits for its own tenant (the body's ``tenant`` may only repeat it);
-        operators and admins for any tenant (their token's, if the body names none)."""
+        operators and admins for any tenant (their token's, if the body names none).
+
+        A coroutine, unlike most routes: its checks are computation (the token check, a
+        dependency, runs on the thread pool as before), and it waits for its group's
+        commit on the event loop, not in a pool thread (``GroupCommit.run_async``). An
+        admission file means reading and hashing the job's scripts: that check goes to
+        the thread pool."""
         body = _tenant_body(body, who)
         try:
             spec = JobSpec.model_validate(body)
         except ValidationError as e:
             raise HTTPException(422, detail=_problems(e)) from e
-        record = _vet(spec)
+        record = _vet(spec) if admission is None else await run_in_threadpool(_vet, spec)
 
         def store_it(s: Session) -> AfterFlush:
             # one job, or an array's tasks; and its preflight job (routes_sweep). A single
@@ -329,7 +337,7 @@ def create_app(store: Store, topo: Topology, state_dir: Path,
             return AfterFlush(lambda: submitted_with_preflight(jobs, submitted))
 
         # concurrent submissions share a transaction (group commit); answered once committed
-        answer = store.group_commit.run(store_it)
+        answer = await store.group_commit.run_async(store_it)
         request_audit.committed(request.scope, 201)
         return answer
 
