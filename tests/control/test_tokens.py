@@ -42,7 +42,7 @@ def test_the_first_start_writes_one_admin_token_0600_and_the_store_keeps_its_has
     with store.read() as s:
         [row] = tokens.listed(s)
         assert row.role is Role.ADMIN and text.split("_", 2)[2] not in row.secret_hash
-        assert tokens.authenticate(s, text, 0.0).id == row.id
+        assert tokens.authenticate(s.connection(), text, 0.0).id == row.id
     # a restart: an admin exists, nothing new is made or written
     path.unlink()
     assert not first_admin_token(store, path, said.append) and not path.exists()

@@ -95,13 +95,12 @@ _LOOKUP = select(ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.tenant,
                  ).where(ApiToken.id == bindparam("token_id"))
 
 
-def authenticate(db: Session | Connection, presented: str, now: float) -> LiveToken:
+def authenticate(conn: Connection, presented: str, now: float) -> LiveToken:
     """The live token ``presented`` names; raises ``TokenRefused`` saying why not.
-    ``db``: a session, or a connection (``Store.lookup``)."""
+    ``conn``: ``Store.lookup``'s (or a session's ``connection()``)."""
     m = _USER.match(presented)
     if m is None:
         raise TokenRefused(TokenProblem.MALFORMED)
-    conn = db.connection() if isinstance(db, Session) else db
     row = conn.execute(_LOOKUP, {"token_id": m.group(1)}).one_or_none()
     if row is None or not hmac.compare_digest(row.secret_hash, _digest(m.group(2))):
         raise TokenRefused(TokenProblem.UNKNOWN)
